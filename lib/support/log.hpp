@@ -1,0 +1,22 @@
+// Leveled logging to stderr, controlled by PCOLL_LOG=error|warn|info|debug|trace
+// (default warn). Each line carries the rank once it is known.
+#pragma once
+
+#include <string>
+
+namespace pcoll::log {
+
+enum class Level { error = 0, warn = 1, info = 2, debug = 3, trace = 4 };
+
+// Reads PCOLL_LOG; throws Error(invalid_argument) on an unknown level.
+Level threshold();
+bool enabled(Level level);
+void set_rank(int rank);
+void write(Level level, const std::string& message);
+
+inline void error(const std::string& m) { write(Level::error, m); }
+inline void warn(const std::string& m) { write(Level::warn, m); }
+inline void info(const std::string& m) { if (enabled(Level::info)) write(Level::info, m); }
+inline void debug(const std::string& m) { if (enabled(Level::debug)) write(Level::debug, m); }
+
+}  // namespace pcoll::log
