@@ -1,0 +1,44 @@
+// A thread that keeps a transport progressing while the application is busy elsewhere:
+// some providers complete peers' RMA and atomics on this process only when it polls.
+// It blocks in Transport::wait() when idle, so an idle driver costs almost no CPU.
+#pragma once
+
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "transport.hpp"
+
+namespace pcoll::transport {
+
+class ProgressDriver {
+ public:
+  // Called on the driver thread after every wake-up, e.g. to consume notifications. With no
+  // hook the driver only progresses and leaves notifications queued for poll().
+  using Hook = std::function<void()>;
+
+  // cpu >= 0 pins the thread to that logical CPU; -1 leaves it unpinned.
+  explicit ProgressDriver(Transport& transport, Hook hook = {}, int cpu = -1);
+  ~ProgressDriver();  // stops and joins
+  ProgressDriver(const ProgressDriver&) = delete;
+  ProgressDriver& operator=(const ProgressDriver&) = delete;
+
+  void stop();
+  // The first error the thread hit (it keeps running and retries after a pause), or "".
+  std::string error() const;
+
+ private:
+  void loop(int cpu);
+
+  Transport& transport_;
+  Hook hook_;
+  std::atomic<bool> running_{true};
+  mutable std::mutex error_mutex_;
+  std::string error_;
+  std::thread thread_;
+};
+
+}  // namespace pcoll::transport
