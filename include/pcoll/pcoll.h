@@ -1,0 +1,103 @@
+/* pcoll: partial collectives for distributed deep learning.
+ *
+ * Stable C API (ABI-stable for FFI). Persistent allreduce handles in three modes:
+ *   PCOLL_MODE_SYNC      the ordinary allreduce;
+ *   PCOLL_MODE_SOLO      the first rank to arrive starts the round, the others' progress
+ *                        engines join with whatever they have ready (eager-SGD "solo");
+ *   PCOLL_MODE_MAJORITY  one initiator per round, drawn from a shared seed.
+ * Late data is carried into the next round the rank joins (PCOLL_LATE_CARRY), never lost.
+ * All functions return 0 on success or a PCOLL_ERR_* code; pcoll_last_error() gives the
+ * detailed message of the calling thread's last failure. See docs/design.md. */
+#ifndef PCOLL_PCOLL_H
+#define PCOLL_PCOLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PCOLL_VERSION_MAJOR 0
+#define PCOLL_VERSION_MINOR 1
+
+/* Status codes. */
+#define PCOLL_SUCCESS 0
+#define PCOLL_ERR_INVALID_ARGUMENT 1 /* bad argument, option or environment variable */
+#define PCOLL_ERR_INVALID_STATE 2    /* call made in the wrong order */
+#define PCOLL_ERR_MISMATCH 3         /* ranks passed different collective arguments */
+#define PCOLL_ERR_TIMEOUT 4          /* a peer did not answer within the timeout */
+#define PCOLL_ERR_PEER_FAILED 5      /* a peer died or reported failure */
+#define PCOLL_ERR_TRANSPORT 6        /* the provider (libfabric / UCX) failed */
+#define PCOLL_ERR_BOOTSTRAP 7        /* rendezvous failed */
+#define PCOLL_ERR_UNSUPPORTED 8      /* the provider cannot do what was asked */
+#define PCOLL_ERR_NO_MEMORY 9
+#define PCOLL_ERR_PROTOCOL 10        /* malformed data from a peer */
+#define PCOLL_ERR_INTERNAL 11
+
+typedef struct pcoll_comm pcoll_comm_t;
+typedef struct pcoll_allreduce pcoll_allreduce_t;
+
+typedef enum { PCOLL_MODE_SYNC, PCOLL_MODE_SOLO, PCOLL_MODE_MAJORITY } pcoll_mode_t;
+typedef enum {
+  PCOLL_FLOAT32,
+  PCOLL_FLOAT64,
+  PCOLL_INT32,
+  PCOLL_INT64,
+  PCOLL_BFLOAT16,
+  PCOLL_FLOAT16
+} pcoll_dtype_t;
+typedef enum { PCOLL_OP_SUM, PCOLL_OP_AVG, PCOLL_OP_MIN, PCOLL_OP_MAX } pcoll_op_t;
+typedef enum { PCOLL_LATE_CARRY, PCOLL_LATE_DROP } pcoll_late_t;
+
+typedef struct {
+  pcoll_late_t late;   /* default PCOLL_LATE_CARRY */
+  uint32_t max_lag;    /* default 1 */
+  uint32_t sync_every; /* default 0: never */
+  uint64_t seed;       /* majority initiator seed */
+  uint32_t timeout_ms; /* default: PCOLL_TIMEOUT_MS or 30000 */
+} pcoll_allreduce_opts_t;
+
+typedef struct {
+  uint64_t round;             /* 0-based round this result belongs to */
+  int initiator;              /* rank that activated the round */
+  int fresh;                  /* ranks whose data for this round was fresh */
+  int caller_late;            /* 1 if the caller's sendbuf missed this round (carried) */
+  const uint64_t *fresh_mask; /* ceil(P/64) words, bit r = rank r fresh; valid until the
+                                 next call on the handle */
+} pcoll_round_info_t;
+
+void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t *opts);
+
+int pcoll_init(pcoll_comm_t **comm); /* bootstrap from the environment */
+int pcoll_comm_rank(const pcoll_comm_t *comm);
+int pcoll_comm_size(const pcoll_comm_t *comm);
+int pcoll_finalize(pcoll_comm_t *comm);
+
+int pcoll_allreduce_create(pcoll_comm_t *comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
+                           pcoll_mode_t mode, const pcoll_allreduce_opts_t *opts /* NULL: defaults */,
+                           pcoll_allreduce_t **handle);
+int pcoll_allreduce_start(pcoll_allreduce_t *h, const void *sendbuf, void *recvbuf);
+int pcoll_allreduce_test(pcoll_allreduce_t *h, int *done, pcoll_round_info_t *info);
+int pcoll_allreduce_wait(pcoll_allreduce_t *h, pcoll_round_info_t *info);
+int pcoll_allreduce_run(pcoll_allreduce_t *h, const void *sendbuf, void *recvbuf,
+                        pcoll_round_info_t *info); /* start + wait */
+int pcoll_allreduce_flush(pcoll_allreduce_t *h, void *recvbuf, pcoll_round_info_t *info);
+int pcoll_allreduce_destroy(pcoll_allreduce_t *h);
+
+const char *pcoll_strerror(int status); /* 0 is success; errors are non-zero */
+const char *pcoll_last_error(void);     /* detailed message, per thread */
+
+/* Additions beyond the core set. */
+const char *pcoll_comm_provider(const pcoll_comm_t *comm); /* e.g. "ofi:shm" */
+const char *pcoll_comm_bootstrap(const pcoll_comm_t *comm); /* e.g. "pcollrun", "pmix" */
+int pcoll_barrier(pcoll_comm_t *comm);
+/* The rank that may initiate `round` of a PCOLL_MODE_MAJORITY handle: hash(seed, handle,
+ * round) mod P, the same on every rank. -1 with pcoll_last_error() set on bad input. */
+int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t *h, uint64_t round);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PCOLL_PCOLL_H */
