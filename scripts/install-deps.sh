@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pcoll builds, tests and benchmarks with, where missing.
+set -euo pipefail
+packages=(build-essential pkg-config meson ninja-build libfabric-dev libfabric-bin
+          libhwloc-dev libucx-dev ucx-utils doctest-dev libopenmpi-dev openmpi-bin
+          python3 python3-matplotlib iproute2 procps)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
