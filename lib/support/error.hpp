@@ -27,15 +27,24 @@ const char* errc_name(Errc code) noexcept;
 
 class Error : public std::runtime_error {
  public:
-  Error(Errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Error(Errc code, const std::string& message, int rank = -1)
+      : std::runtime_error(message), code_(code), rank_(rank) {}
   Errc code() const noexcept { return code_; }
+  // The peer the failure is about, or -1 when none (or unknown).
+  int rank() const noexcept { return rank_; }
 
  private:
   Errc code_;
+  int rank_;
 };
 
 // Shorthands that read like the failure they report.
 [[noreturn]] inline void fail(Errc code, const std::string& message) { throw Error(code, message); }
+// A failure that is about one peer (dead, silent, unreachable): callers can tell survivors
+// exactly who failed.
+[[noreturn]] inline void fail_peer(Errc code, int rank, const std::string& message) {
+  throw Error(code, message, rank);
+}
 [[noreturn]] inline void invalid_argument(const std::string& message) {
   throw Error(Errc::invalid_argument, message);
 }

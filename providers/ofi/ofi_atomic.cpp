@@ -21,7 +21,7 @@ AtomicSlot& OfiTransport::acquire_atomic_slot(const char* op_name, int peer,
     for (auto& slot : atomic_slots_)
       if (slot.state == AtomicSlot::State::free) return slot;
     if (Clock::now() >= deadline)
-      fail(Errc::timeout, std::string("ofi: ") + op_name + " to rank " + std::to_string(peer) +
+      fail_peer(Errc::timeout, peer, std::string("ofi: ") + op_name + " to rank " + std::to_string(peer) +
                               ": all " + std::to_string(kAtomicSlots) +
                               " atomic slots stayed busy for " +
                               std::to_string(options_.timeout.count()) + " ms (PCOLL_TIMEOUT_MS)");
@@ -42,7 +42,7 @@ uint64_t OfiTransport::atomic(const char* op_name, const RemoteRegion& dst_in, s
   const auto deadline = Clock::now() + options_.timeout;
 
   std::unique_lock lock(mutex_);
-  if (!peer_failure_[peer].empty()) fail(Errc::peer_failed, peer_failure_[peer]);
+  if (!peer_failure_[peer].empty()) fail_peer(Errc::peer_failed, peer, peer_failure_[peer]);
   AtomicSlot& slot = acquire_atomic_slot(op_name, peer, deadline);
   slot.state = AtomicSlot::State::busy;
   slot.peer = peer;
@@ -75,7 +75,7 @@ uint64_t OfiTransport::atomic(const char* op_name, const RemoteRegion& dst_in, s
   if (slot.state != AtomicSlot::State::done) {
     // The provider may still write the result word: keep the slot until it completes.
     slot.state = AtomicSlot::State::abandoned;
-    fail(Errc::timeout, std::string("ofi: ") + op_name + " on rank " + std::to_string(peer) +
+    fail_peer(Errc::timeout, peer, std::string("ofi: ") + op_name + " on rank " + std::to_string(peer) +
                             " did not complete within " +
                             std::to_string(options_.timeout.count()) +
                             " ms (PCOLL_TIMEOUT_MS); is its progress engine running?");

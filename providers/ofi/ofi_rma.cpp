@@ -40,10 +40,10 @@ bool is_peer_loss(ssize_t rc) {
                             std::chrono::milliseconds timeout) {
   const std::string rank = "rank " + std::to_string(peer);
   if (rc == -FI_EAGAIN)
-    fail(Errc::timeout, op + " to " + rank + ": the transmit queue stayed full for " +
+    fail_peer(Errc::timeout, peer, op + " to " + rank + ": the transmit queue stayed full for " +
                             std::to_string(timeout.count()) + " ms (PCOLL_TIMEOUT_MS); is " +
                             rank + " still progressing?");
-  if (is_peer_loss(rc)) fail(Errc::peer_failed, fi_message(op + " to " + rank, rc));
+  if (is_peer_loss(rc)) fail_peer(Errc::peer_failed, peer, fi_message(op + " to " + rank, rc));
   fail(Errc::transport, fi_message(op + " to " + rank, rc));
 }
 
@@ -123,7 +123,7 @@ void OfiTransport::post_write_chunk(const OfiLocalRegion& src, size_t src_offset
   if (bytes <= inject_bytes_) flags |= FI_INJECT;
 
   std::unique_lock lock(mutex_);
-  if (!peer_failure_[peer].empty()) fail(Errc::peer_failed, peer_failure_[peer]);
+  if (!peer_failure_[peer].empty()) fail_peer(Errc::peer_failed, peer, peer_failure_[peer]);
   WriteBucket& bucket = buckets_[parity_ * peers_.size() + peer];
   fi_msg_rma msg{};
   msg.msg_iov = &iov;
@@ -143,7 +143,7 @@ void OfiTransport::post_write_chunk(const OfiLocalRegion& src, size_t src_offset
 void OfiTransport::notify(int peer, uint64_t value) {
   check_peer("notify", peer);
   std::unique_lock lock(mutex_);
-  if (!peer_failure_[peer].empty()) fail(Errc::peer_failed, peer_failure_[peer]);
+  if (!peer_failure_[peer].empty()) fail_peer(Errc::peer_failed, peer, peer_failure_[peer]);
   // An 8-byte inject into one of the target's posted receives (see ofi_transport.hpp).
   const ssize_t rc = post_with_retry(
       [&] { return fi_inject(ep_.get(), &value, sizeof value, peers_[peer]); }, lock,
@@ -172,16 +172,22 @@ void OfiTransport::flush() {
   std::lock_guard lock(mutex_);
   std::string failures;
   std::string silent;
+  int failed_peer = -1;
+  int silent_peer = -1;
   for (size_t p = 0; p < ranks; ++p) {
     if (!first[p].error.empty()) {
       failures += (failures.empty() ? "" : "; ") + first[p].error;
       first[p].error.clear();
+      if (failed_peer < 0) failed_peer = static_cast<int>(p);
     }
-    if (first[p].outstanding != 0) silent += (silent.empty() ? "" : ", ") + std::to_string(p);
+    if (first[p].outstanding != 0) {
+      silent += (silent.empty() ? "" : ", ") + std::to_string(p);
+      if (silent_peer < 0) silent_peer = static_cast<int>(p);
+    }
   }
-  if (!failures.empty()) fail(Errc::peer_failed, "ofi: flush: " + failures);
+  if (!failures.empty()) fail_peer(Errc::peer_failed, failed_peer, "ofi: flush: " + failures);
   if (!done)
-    fail(Errc::timeout, "ofi: flush: rank(s) " + silent + " did not complete writes within " +
+    fail_peer(Errc::timeout, silent_peer, "ofi: flush: rank(s) " + silent + " did not complete writes within " +
                             std::to_string(options_.timeout.count()) +
                             " ms (PCOLL_TIMEOUT_MS); is their progress engine running?");
 }

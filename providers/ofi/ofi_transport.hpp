@@ -3,9 +3,9 @@
 // include this; the rest of pcoll sees pcoll::transport::Transport.
 //
 // Design in one paragraph: one FI_EP_RDM endpoint with one CQ (FI_CQ_FORMAT_DATA) bound for
-// transmit and receive. Data moves with fi_writemsg (FI_DELIVERY_COMPLETE, FI_INJECT when
-// small); write_notify carries the value as remote CQ data, which the target's CQ reports
-// only once the data is placed. notify() cannot use RMA (connect() exchanges addresses, not
+// transmit and receive. Data moves with fi_writemsg (plain writes FI_DELIVERY_COMPLETE,
+// write_notify FI_TRANSMIT_COMPLETE; FI_INJECT when small); write_notify carries the value
+// as remote CQ data, which the target's CQ reports only once the data is placed. notify() cannot use RMA (connect() exchanges addresses, not
 // keys), so it sends the 8-byte value as an FI_MSG inject into a pool of posted receives
 // that progress() re-posts. All libfabric calls run under one mutex (the domain is opened
 // FI_THREAD_DOMAIN, which that mutex makes correct). Every operation that produces a
