@@ -269,7 +269,7 @@ void Allreduce::join(uint64_t round) {
   if (fresh && !flush) {
     to_accumulator(config_.dtype, posted_->sendbuf, acc, count);
     if (!carry_empty_) reduce_into(config_.dtype, config_.op, acc, carry_.data(), count);
-  } else {
+  } else if (count > 0) {
     std::memcpy(acc, carry_.data(), acc_bytes(count));
   }
   if (!carry_empty_) {
@@ -438,7 +438,7 @@ void Allreduce::start(const void* sendbuf, void* recvbuf) {
     // The round already completed without us: hand over its buffered result now.
     const Completed& slot = ring_[round % ring_.size()];
     if (slot.round != round) fail(Errc::internal, "result of round " + std::to_string(round) + " was overwritten");
-    if (recvbuf != nullptr) std::memcpy(recvbuf, slot.result.data(), slot.result.size());
+    if (recvbuf != nullptr && !slot.result.empty()) std::memcpy(recvbuf, slot.result.data(), slot.result.size());
     posted_->delivered = true;
   }
   comm_.drive_locked();
@@ -450,7 +450,7 @@ bool Allreduce::deliver_if_ready_locked(RoundInfo* info) {
   if (completed_ <= round) return false;
   const Completed& slot = ring_[round % ring_.size()];
   if (slot.round != round) fail(Errc::internal, "result of round " + std::to_string(round) + " was overwritten");
-  if (!posted_->delivered && posted_->recvbuf != nullptr)
+  if (!posted_->delivered && posted_->recvbuf != nullptr && !slot.result.empty())
     std::memcpy(posted_->recvbuf, slot.result.data(), slot.result.size());
   if (info != nullptr) {
     *info = slot.info;

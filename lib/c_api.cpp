@@ -61,6 +61,16 @@ void require(bool ok, const std::string& message) {
   if (!ok) pcoll::invalid_argument(message);
 }
 
+// The integer an enum argument holds. FFI callers can pass any int; loading an
+// out-of-range value through the enum type is undefined in C++, copying its bytes is not.
+template <typename Enum>
+int raw_value(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
 }  // namespace
 
 namespace pcoll {
@@ -134,19 +144,28 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
     require(handle != nullptr, "handle is NULL");
     *handle = nullptr;
     require(comm != nullptr, "comm is NULL");
-    require(mode == PCOLL_MODE_SYNC || mode == PCOLL_MODE_SOLO || mode == PCOLL_MODE_MAJORITY,
-            "mode " + std::to_string(static_cast<int>(mode)) +
+    const int raw_mode = raw_value(mode);
+    require(raw_mode >= PCOLL_MODE_SYNC && raw_mode <= PCOLL_MODE_MAJORITY,
+            "mode " + std::to_string(raw_mode) +
                 " is not PCOLL_MODE_SYNC, PCOLL_MODE_SOLO or PCOLL_MODE_MAJORITY");
+    const int raw_dtype = raw_value(dtype);
+    require(raw_dtype >= PCOLL_FLOAT32 && raw_dtype <= PCOLL_FLOAT16,
+            "dtype " + std::to_string(raw_dtype) + " is not a pcoll_dtype_t (PCOLL_FLOAT32 .. PCOLL_FLOAT16)");
+    const int raw_op = raw_value(op);
+    require(raw_op >= PCOLL_OP_SUM && raw_op <= PCOLL_OP_MAX,
+            "op " + std::to_string(raw_op) + " is not PCOLL_OP_SUM, _AVG, _MIN or _MAX");
     pcoll::AllreduceConfig config;
     config.count = count;
-    config.dtype = dtype;
-    config.op = op;
-    config.mode = mode;
+    config.dtype = static_cast<pcoll_dtype_t>(raw_dtype);
+    config.op = static_cast<pcoll_op_t>(raw_op);
+    config.mode = static_cast<pcoll_mode_t>(raw_mode);
     pcoll_allreduce_opts_init(&config.opts);
-    if (opts != nullptr) config.opts = *opts;
-    require(config.opts.late == PCOLL_LATE_CARRY || config.opts.late == PCOLL_LATE_DROP,
-            "opts.late = " + std::to_string(static_cast<int>(config.opts.late)) +
-                " is not PCOLL_LATE_CARRY or PCOLL_LATE_DROP");
+    if (opts != nullptr) {
+      const int raw_late = raw_value(opts->late);
+      require(raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP,
+              "opts.late = " + std::to_string(raw_late) + " is not PCOLL_LATE_CARRY or PCOLL_LATE_DROP");
+      config.opts = *opts;
+    }
     require(config.opts.max_lag <= 64, "opts.max_lag = " + std::to_string(config.opts.max_lag) +
                                            " is above 64 (each unit of lag buffers one result)");
     require(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");

@@ -6,23 +6,15 @@
 #include <array>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "allreduce.hpp"
 #include "support/env.hpp"
 #include "support/error.hpp"
 #include "support/log.hpp"
+#include "topology.hpp"
 
 namespace pcoll {
-namespace {
-
-// PCOLL_PROGRESS_CPU: a logical CPU number, or "none" (the default) to leave it unpinned.
-int progress_cpu() {
-  const auto value = env::get("PCOLL_PROGRESS_CPU");
-  if (!value || *value == "none") return -1;
-  return static_cast<int>(env::parse_u64(*value, "PCOLL_PROGRESS_CPU", 0, 65535));
-}
-
-}  // namespace
 
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot) : boot_(std::move(boot)) {
   log::threshold();  // reject a bad PCOLL_LOG now rather than at the first message
@@ -33,7 +25,10 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot) : boot_(std::move(boot)) 
   if (static_cast<uint32_t>(size_) >= kMaxRanks)
     fail(Errc::unsupported, "pcoll supports at most " + std::to_string(kMaxRanks - 1) + " ranks");
   spin_ = std::chrono::microseconds(env::get_u64("PCOLL_SPIN_US", 50, 0, 1000000));
-  const int cpu = progress_cpu();
+  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: lib/topology.cpp).
+  const auto placement = topology::progress_cpu();
+  const int cpu = placement.cpu;
+  log::debug("progress thread: " + placement.reason);
 
   transport::Options options;
   options.timeout = std::chrono::milliseconds(env::default_timeout_ms());
@@ -59,6 +54,20 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot) : boot_(std::move(boot)) 
 }
 
 Comm::~Comm() {
+  if (failed()) {
+    // Our failure notices may still sit in the provider (a connection being set up, a
+    // send queue): keep progressing briefly so survivors hear who failed from us rather
+    // than having to time out on us too.
+    const auto until = Clock::now() + std::chrono::milliseconds(300);
+    while (Clock::now() < until) {
+      try {
+        transport_->progress();
+      } catch (const Error&) {
+        // Errors about the failed peer are expected here; keep delivering to the others.
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   if (driver_) driver_->stop();
   driver_.reset();
 }
@@ -128,7 +137,7 @@ void Comm::drive_locked() {
     for (Allreduce* handle : handles_)
       if (handle != nullptr) handle->advance_locked();
   } catch (const Error& error) {
-    if (!failed()) mark_failed(-1, error.what());
+    if (!failed()) mark_failed(error.rank(), error.what());
     throw;
   }
 }
@@ -150,7 +159,12 @@ void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
   const auto now = Clock::now();
   if (!ping_sent_[peer]) {
     ping_sent_[peer] = now;
-    transport_->notify(peer, encode(NoticeKind::liveness, 0, static_cast<uint32_t>(rank_), 0));
+    try {
+      transport_->notify(peer, encode(NoticeKind::liveness, 0, static_cast<uint32_t>(rank_), 0));
+    } catch (const Error& error) {
+      mark_failed(error.rank() >= 0 ? error.rank() : peer, error.what());
+      throw;
+    }
     return;
   }
   if (now - *ping_sent_[peer] > timeout) {

@@ -299,7 +299,7 @@ TEST_CASE("a late rank is reported late, its data is carried, and every rank agr
     } else {
       for (size_t i = 0; i < 16; ++i) send[i] = input(g_rank, t, i);
       if (g_rank == sleeper && std::find(sleepy.begin(), sleepy.end(), t) != sleepy.end())
-        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
       REQUIRE_MESSAGE(pcoll_allreduce_run(h, send.data(), recv.data(), &info) == PCOLL_SUCCESS, pcoll_last_error());
     }
     CAPTURE(t);
@@ -357,7 +357,13 @@ TEST_CASE("all ranks arriving at once: 10000 rounds complete exactly once each, 
   total += out;
   CHECK(in_order);
   CHECK(total == static_cast<int64_t>(rounds) * g_size);
+#ifndef __SANITIZE_ADDRESS__
+  // (AddressSanitizer's quarantine keeps freed memory resident, so RSS says nothing there;
+  // LeakSanitizer checks for leaks instead.)
   CHECK(rss_kib() - rss_early < 2048);
+#else
+  (void)rss_early;
+#endif
   REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
 }
 

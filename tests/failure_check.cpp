@@ -1,0 +1,153 @@
+// A killed rank gives every survivor an error naming it, within the timeout plus a small
+// slack, in every mode. The test launches its own ranks with the manual PCOLL_ROOT
+// bootstrap (pcollrun would, rightly, stop the whole job when one rank dies), one of which
+// SIGKILLs itself in the middle of a run.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pcoll/pcoll.h"
+#include "subprocess.hpp"
+
+namespace {
+
+constexpr int kRanks = 3;
+constexpr int kVictim = 2;
+constexpr int kTimeoutMs = 2000;
+std::string g_self;
+
+// Exit codes of a child rank.
+enum ChildExit { kReportedVictim = 0, kNoError = 10, kWrongError = 11, kTooSlow = 12, kInitFailed = 13 };
+
+// Child rank: run rounds until an error; the victim kills itself after a few rounds.
+int run_child(pcoll_mode_t mode) {
+  pcoll_comm_t* comm = nullptr;
+  if (pcoll_init(&comm) != PCOLL_SUCCESS) {
+    std::fprintf(stderr, "failure_check child: init: %s\n", pcoll_last_error());
+    return kInitFailed;
+  }
+  const int rank = pcoll_comm_rank(comm);
+  pcoll_allreduce_opts_t opts;
+  pcoll_allreduce_opts_init(&opts);
+  opts.timeout_ms = kTimeoutMs;
+  pcoll_allreduce_t* h = nullptr;
+  if (pcoll_allreduce_create(comm, 1000, PCOLL_FLOAT32, PCOLL_OP_SUM, mode, &opts, &h) != PCOLL_SUCCESS)
+    return kInitFailed;
+  std::vector<float> send(1000, 1.0f), recv(1000);
+  auto died_at = std::chrono::steady_clock::now();
+  for (int t = 0; t < 100000; ++t) {
+    if (rank == kVictim && t == 5) ::raise(SIGKILL);
+    if (t == 5) died_at = std::chrono::steady_clock::now();
+    const int rc = pcoll_allreduce_run(h, send.data(), recv.data(), nullptr);
+    if (rc != PCOLL_SUCCESS) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - died_at).count();
+      const std::string message = pcoll_last_error();
+      std::fprintf(stderr, "failure_check rank %d: round %d failed after %.0f ms: %s\n", rank, t, ms, message.c_str());
+      pcoll_allreduce_destroy(h);
+      pcoll_finalize(comm);
+      if (rc != PCOLL_ERR_PEER_FAILED && rc != PCOLL_ERR_TIMEOUT) return kWrongError;
+      if (message.find("rank " + std::to_string(kVictim)) == std::string::npos) return kWrongError;
+      return ms <= kTimeoutMs + 3000 ? kReportedVictim : kTooSlow;
+    }
+    if (t >= 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return kNoError;
+}
+
+struct Outcome {
+  int exit_code = -1;
+  int signal = 0;
+};
+
+std::vector<Outcome> launch(const char* mode, const char* provider) {
+  const std::string root = "127.0.0.1:" + std::to_string(test::free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kRanks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("PCOLL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("PCOLL_SIZE", std::to_string(kRanks).c_str(), 1);
+      ::setenv("PCOLL_ROOT", root.c_str(), 1);
+      ::setenv("PCOLL_JOB_KEY", "failure-check-key", 1);
+      ::setenv("PCOLL_BOOTSTRAP", "store", 1);
+      ::setenv("PCOLL_PROVIDER", provider, 1);
+      ::setenv("PCOLL_TIMEOUT_MS", std::to_string(kTimeoutMs).c_str(), 1);
+      ::setenv("FI_TCP_IFACE", "lo", 1);
+      ::execl(g_self.c_str(), g_self.c_str(), "--child", mode, static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  // Collect with a deadline: a survivor that hangs is a failure, not a stuck test.
+  std::vector<Outcome> outcomes(kRanks);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int left = kRanks;
+  while (left > 0) {
+    for (int r = 0; r < kRanks; ++r) {
+      if (pids[r] == 0) continue;
+      int status = 0;
+      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        outcomes[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        outcomes[r].signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        pids[r] = 0;
+        --left;
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (const pid_t pid : pids)
+        if (pid != 0) ::kill(pid, SIGKILL);
+      for (const pid_t pid : pids)
+        if (pid != 0) ::waitpid(pid, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return outcomes;
+}
+
+void check_survivors_report_the_victim(const char* mode, const char* provider) {
+  const auto outcomes = launch(mode, provider);
+  CAPTURE(mode);
+  CAPTURE(provider);
+  CHECK(outcomes[kVictim].signal == SIGKILL);
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == kVictim) continue;
+    CAPTURE(r);
+    CHECK(outcomes[r].exit_code == kReportedVictim);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a killed rank gives every survivor an error naming it within the timeout (sync)") {
+  check_survivors_report_the_victim("sync", "ofi:shm");
+}
+
+TEST_CASE("a killed rank gives every survivor an error naming it within the timeout (solo)") {
+  check_survivors_report_the_victim("solo", "ofi:shm");
+}
+
+TEST_CASE("a killed rank gives every survivor an error naming it within the timeout (majority, tcp)") {
+  check_survivors_report_the_victim("majority", "ofi:tcp");
+}
+
+int main(int argc, char** argv) {
+  g_self = argv[0];
+  if (argc >= 3 && std::strcmp(argv[1], "--child") == 0) {
+    const std::string mode = argv[2];
+    return run_child(mode == "sync" ? PCOLL_MODE_SYNC : mode == "solo" ? PCOLL_MODE_SOLO : PCOLL_MODE_MAJORITY);
+  }
+  doctest::Context context;
+  context.applyCommandLine(argc, argv);
+  return context.run();
+}
