@@ -14,8 +14,8 @@ void UcxTransport::await(std::unique_lock<std::mutex>& lock, ucs_status_ptr_t re
     op.done = true;
   } else if (UCS_PTR_IS_ERR(request)) {
     const ucs_status_t status = UCS_PTR_STATUS(request);
-    fail_status(errc_for_peer_status(status), what + " on rank " + std::to_string(peer_rank),
-                status);
+    fail_peer_status(errc_for_peer_status(status), peer_rank,
+                     what + " on rank " + std::to_string(peer_rank), status);
   }
   Peer& p = core_->peer(peer_rank);
   const auto deadline = Clock::now() + core_->options.timeout;
@@ -25,15 +25,15 @@ void UcxTransport::await(std::unique_lock<std::mutex>& lock, ucs_status_ptr_t re
   if (!op.done) {
     core_->abandon(std::move(owner));  // UCP may still write the reply
     if (!finished)
-      fail(Errc::timeout, "ucx: " + what + " on rank " + std::to_string(peer_rank) +
+      fail_peer(Errc::timeout, peer_rank, "ucx: " + what + " on rank " + std::to_string(peer_rank) +
                               " did not complete within " +
                               std::to_string(core_->options.timeout.count()) +
                               " ms (PCOLL_TIMEOUT_MS)");
     core_->check_peer(p);
   }
   if (op.status != UCS_OK)
-    fail_status(errc_for_peer_status(op.status), what + " on rank " + std::to_string(peer_rank),
-                op.status);
+    fail_peer_status(errc_for_peer_status(op.status), peer_rank,
+                     what + " on rank " + std::to_string(peer_rank), op.status);
 }
 
 uint64_t UcxTransport::atomic(const RemoteRegion& dst, size_t offset, ucp_atomic_op_t opcode,

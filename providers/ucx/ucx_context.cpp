@@ -6,6 +6,7 @@
 
 #include "support/env.hpp"
 #include "support/log.hpp"
+#include "topology.hpp"
 #include "ucx_transport.hpp"
 
 namespace pcoll::transport::ucx {
@@ -55,6 +56,11 @@ void FileDescriptor::reset(int fd) noexcept {
   fail(code, "ucx: " + what + ": " + ucs_status_string(status));
 }
 
+[[noreturn]] void fail_peer_status(Errc code, int peer_rank, const std::string& what,
+                                   ucs_status_t status) {
+  fail_peer(code, peer_rank, "ucx: " + what + ": " + ucs_status_string(status));
+}
+
 Errc errc_for_peer_status(ucs_status_t status) {
   switch (status) {
     case UCS_ERR_CONNECTION_RESET:
@@ -79,6 +85,9 @@ void UcxCore::create_context() {
   ConfigPtr config(raw_config);
 
   if (vc.tls) modify(config.get(), "TLS", vc.tls);
+  // The NIC closest to this process (hwloc) or PCOLL_NIC, unless the user set UCX_NET_DEVICES.
+  const std::string nic = std::getenv("UCX_NET_DEVICES") ? "" : topology::ucx_net_devices(variant);
+  if (!nic.empty()) modify(config.get(), "NET_DEVICES", nic.c_str());
   // posix/sysv only advertise peer-failure handling (keepalive by pid) when asked; without
   // it UCP refuses them for endpoints in UCP_ERR_HANDLING_MODE_PEER. Set only where they are
   // loaded: UCX warns about settings nothing consumed.
@@ -105,7 +114,7 @@ void UcxCore::create_context() {
 
   caps.name = variant.empty() ? "ucx" : "ucx:" + variant;
   caps.provider = vc.description;
-  caps.domain = variant == "shm" ? "memory" : (env::get("UCX_NET_DEVICES").value_or("all"));
+  caps.domain = variant == "shm" ? "memory" : !nic.empty() ? nic : env::get("UCX_NET_DEVICES").value_or("all");
   caps.inject_bytes = kInjectBytes;
   caps.max_write_bytes = size_t{1} << 30;  // UCP fragments internally; keep single ops bounded
   caps.max_atomic_count = 1;
@@ -126,8 +135,25 @@ UcxCore::UcxCore(const std::string& variant_in, const Options& options_in)
 }
 
 UcxCore::~UcxCore() {
+  // Explicit order, all under the lock: endpoints first (force close completes their
+  // outstanding requests, whose callbacks touch the peers and the send-op pool), then the
+  // worker, then the context. Only after that may members the callbacks use go away:
+  // implicit member destruction would free the pool and the queues before the worker.
   std::unique_lock lock(mutex);
   close_endpoints();
+  // UCX 1.13 asserts (self.c "params->memh") when ucp_worker_destroy purges a request that
+  // never completed, e.g. an atomic that timed out on a silent peer. Leak the worker and the
+  // context in that rare case rather than abort the process.
+  const bool stuck = std::any_of(abandoned_ops.begin(), abandoned_ops.end(),
+                                 [](const std::unique_ptr<BlockingOp>& op) { return !op->done; });
+  if (stuck) {
+    log::debug("ucx: leaking the UCP worker: an operation that timed out is still pending");
+    (void)worker.release();
+    (void)context.release();
+    return;
+  }
+  worker.reset();
+  context.reset();
 }
 
 UcxTransport::UcxTransport(const std::string& variant, const Options& options)

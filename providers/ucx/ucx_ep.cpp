@@ -29,9 +29,10 @@ void UcxCore::record_failure(Peer& failed, ucs_status_t status, const std::strin
 
 void UcxCore::check_peer(const Peer& p) const {
   if (p.failure == UCS_OK) return;
-  fail(errc_for_peer_status(p.failure) == Errc::peer_failed ? Errc::peer_failed : Errc::transport,
-       "ucx: rank " + std::to_string(p.rank) + " failed (" + p.failure_what + ": " +
-           ucs_status_string(p.failure) + ")");
+  fail_peer(errc_for_peer_status(p.failure) == Errc::peer_failed ? Errc::peer_failed
+                                                                  : Errc::transport,
+            p.rank, "ucx: rank " + std::to_string(p.rank) + " failed (" + p.failure_what +
+                        ": " + ucs_status_string(p.failure) + ")");
 }
 
 Peer& UcxCore::peer(int rank) {
@@ -77,10 +78,11 @@ void UcxTransport::connect(int my_rank, std::span<const Bytes> addresses) {
     if (status != UCS_OK) {
       // Close what exists so far before reporting.
       core_->peers = std::move(peers);
-      fail_status(status == UCS_ERR_UNREACHABLE ? Errc::peer_failed : Errc::transport,
-                  "creating the endpoint to rank " + std::to_string(rank) + " (UCX_TLS=" +
-                      core_->caps.provider + ")",
-                  status);
+      fail_peer_status(status == UCS_ERR_UNREACHABLE ? Errc::peer_failed : Errc::transport,
+                       static_cast<int>(rank),
+                       "creating the endpoint to rank " + std::to_string(rank) +
+                           " (UCX_TLS=" + core_->caps.provider + ")",
+                       status);
     }
     peers.push_back(std::move(p));
   }
@@ -108,7 +110,7 @@ void UcxCore::close_endpoints() {
       ucp_worker_progress(worker.get());
     ucp_request_free(request);
   }
-  peers.clear();
+  // The Peer objects stay until the core is gone: late callbacks may still name them.
 }
 
 }  // namespace pcoll::transport::ucx

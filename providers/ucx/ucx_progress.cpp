@@ -74,8 +74,7 @@ bool UcxCore::block_until(std::unique_lock<std::mutex>& lock, const std::functio
     if (wakeable && wake_seq_ != wake_seq_at_entry) return true;
     const auto now = Clock::now();
     if (now >= deadline) return false;
-    static const bool nosleep = getenv("PCOLL_UCX_NOSLEEP") != nullptr;  // TEMP
-    if (now < spin_until || nosleep) {
+    if (now < spin_until) {
       // yield rather than pause: ranks often outnumber cores on one node.
       lock.unlock();
       std::this_thread::yield();
@@ -88,6 +87,10 @@ bool UcxCore::block_until(std::unique_lock<std::mutex>& lock, const std::functio
       --cv_waiters_;
       continue;
     }
+    // ucp_worker_arm() only reports events that reach the fd from now on: whatever an earlier
+    // progress pass left (a partly read socket, pending UCP callbacks) must be drained first,
+    // or we would sleep on work that is already here (ucp_worker_arm(3): progress until 0).
+    if (progress_locked() != 0) continue;
     const ucs_status_t status = ucp_worker_arm(worker.get());
     if (status == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
     if (status != UCS_OK) fail_status(Errc::transport, "ucp_worker_arm", status);

@@ -2,16 +2,23 @@
 // see the design note below), and flush.
 //
 // Why notifications are active messages: UCP has no put-with-immediate. "put; fence;
-// doorbell" needs ucp_worker_fence, which on lanes that differ (shm puts are CPU copies or
-// cma, the doorbell goes through the shm FIFO; tcp emulates both) may turn into a full flush,
-// i.e. one extra round trip per write on tcp, and is only as strong as each transport's
-// fence. An active message that carries the target address, the value and the bytes is one
-// message on every transport: the target's handler copies the bytes into the registered
-// region (eager, small messages) or has UCP fetch them straight into it (rendezvous, large
-// messages, zero-copy via cma on shm) and queues the value only after that, so a value is
-// never seen before its bytes, and each value is queued exactly once by construction.
-// The target must progress (Capabilities::target_progress), which pcoll's progress engine
-// does anyway. Plain write() stays a true one-sided put (shm: no target involvement).
+// doorbell" relies on ucp_worker_fence, which is only as strong as each transport's fence
+// (shm puts are CPU copies or cma while the doorbell goes through the shm FIFO; tcp emulates
+// both). Up to kEagerNotifyBytes, one eager active message carries the target address, the
+// value and the bytes: the target's handler copies the bytes into the registered region
+// and queues the value only after that, so a value is never seen before its bytes, and
+// each value is queued exactly once by construction. Larger writes are a ucp_put_nbx
+// followed by a non-blocking endpoint flush whose completion (remote completion of the put)
+// sends the value as an active message: one extra round trip on tcp, free on shm (puts there
+// complete in place), and no rendezvous protocol whose completion depends on the target.
+// The target must progress to see notifications, which pcoll's progress engine does anyway.
+// Plain write() stays a true one-sided put (shm: no target involvement).
+//
+// flush() flushes an endpoint only if puts went to it since the last flush that covered them:
+// on tcp a UCT endpoint flush is a request/ack round trip the peer must progress, even when
+// only active messages were sent, so flushing after notifications made a flush wait on a
+// peer that had legitimately stopped progressing (e.g. sitting in a bootstrap barrier).
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -54,6 +61,30 @@ void on_send_complete(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
+// Second half of a large write_notify: the put is remotely complete, send the value.
+void on_flush_then_notify(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<SendOp*>(user_data);
+  UcxCore* core = op->core;
+  ucp_request_free(request);
+  if (op->peer < 0 || static_cast<size_t>(op->peer) >= core->peers.size()) {
+    core->release_send_op(op);
+    return;
+  }
+  Peer& p = *core->peers[static_cast<size_t>(op->peer)];
+  if (status == UCS_OK) p.puts_flushed = std::max(p.puts_flushed, op->puts_posted);
+  if (status == UCS_OK && p.ep) {
+    const ucp_request_param_t param = send_param(op);
+    ucs_status_ptr_t next =
+        ucp_am_send_nbx(p.ep, am_notify, op->header.data(), sizeof(uint64_t), nullptr, 0, &param);
+    if (UCS_PTR_IS_PTR(next)) return;  // still in flight: on_send_complete finishes it
+    status = UCS_PTR_STATUS(next);
+  }
+  --p.sends_in_flight;
+  if (status != UCS_OK && status != UCS_ERR_CANCELED)
+    core->record_failure(p, status, "a write_notify failed");
+  core->release_send_op(op);
+}
+
 void on_blocking_complete(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<BlockingOp*>(user_data);
   op->status = status;
@@ -85,8 +116,8 @@ void UcxTransport::post_send(std::unique_lock<std::mutex>&, Peer& p, SendOp* op,
   if (UCS_PTR_IS_ERR(request)) {
     core_->release_send_op(op);
     const ucs_status_t status = UCS_PTR_STATUS(request);
-    fail_status(errc_for_peer_status(status), std::string(what) + " to rank " +
-                                                  std::to_string(p.rank), status);
+    fail_peer_status(errc_for_peer_status(status), p.rank,
+                     std::string(what) + " to rank " + std::to_string(p.rank), status);
   }
   ++p.sends_in_flight;
 }
@@ -113,6 +144,7 @@ void UcxTransport::write(const LocalRegion& src, size_t src_offset, const Remote
   post_send(lock, p, op,
             ucp_put_nbx(p.ep, source, bytes, d.address() + dst_offset, d.rkey(), &param),
             "write");
+  ++p.puts_posted;
 }
 
 void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
@@ -128,17 +160,48 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
   std::unique_lock lock(core_->mutex);
   Peer& p = core_->peer(d.peer());
   core_->check_peer(p);
+  const void* source = s.bytes().data() + src_offset;
+  if (bytes > kEagerNotifyBytes) {
+    SendOp* put_op = core_->acquire_send_op(p.rank);
+    const ucp_request_param_t put_param = send_param(put_op);
+    post_send(lock, p, put_op,
+              ucp_put_nbx(p.ep, source, bytes, d.address() + dst_offset, d.rkey(), &put_param),
+              "write_notify");
+    ++p.puts_posted;
+    SendOp* op = core_->acquire_send_op(p.rank);
+    op->header[0] = value;
+    op->puts_posted = p.puts_posted;
+    ucp_request_param_t flush_param{};
+    flush_param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    flush_param.cb.send = on_flush_then_notify;
+    flush_param.user_data = op;
+    ucs_status_ptr_t request = ucp_ep_flush_nbx(p.ep, &flush_param);
+    if (UCS_PTR_IS_PTR(request)) {
+      ++p.sends_in_flight;  // until on_flush_then_notify's message completes
+      return;
+    }
+    if (UCS_PTR_IS_ERR(request)) {
+      core_->release_send_op(op);
+      fail_peer_status(errc_for_peer_status(UCS_PTR_STATUS(request)), p.rank,
+                       "write_notify to rank " + std::to_string(p.rank), UCS_PTR_STATUS(request));
+    }
+    p.puts_flushed = std::max(p.puts_flushed, op->puts_posted);  // flushed in place
+    const ucp_request_param_t param = send_param(op);
+    post_send(lock, p, op,
+              ucp_am_send_nbx(p.ep, am_notify, op->header.data(), sizeof(uint64_t), nullptr, 0,
+                              &param),
+              "write_notify");
+    return;
+  }
   SendOp* op = core_->acquire_send_op(p.rank);
   op->header = {d.address() + dst_offset, value};
-  const void* source = s.bytes().data() + src_offset;
-  if (bytes <= kInjectBytes) {
-    std::memcpy(op->inline_bytes.data(), source, bytes);
-    source = op->inline_bytes.data();
-  }
-  const ucp_request_param_t param = send_param(op);
+  std::memcpy(op->inline_bytes.data(), source, bytes);  // caller may reuse its buffer at once
+  ucp_request_param_t param = send_param(op);
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
   post_send(lock, p, op,
-            ucp_am_send_nbx(p.ep, am_write_notify, op->header.data(), sizeof op->header, source,
-                            bytes, &param),
+            ucp_am_send_nbx(p.ep, am_write_notify, op->header.data(), sizeof op->header,
+                            op->inline_bytes.data(), bytes, &param),
             "write_notify");
 }
 
@@ -163,17 +226,26 @@ void UcxTransport::flush_within(std::chrono::milliseconds timeout) {
   std::unique_lock lock(core_->mutex);
   const auto deadline = Clock::now() + timeout;
 
-  // Endpoint flushes give remote completion of puts and atomics; our own send count covers
-  // active messages (a rendezvous write_notify completes once the target holds the data).
+  // Per peer: an endpoint flush if puts are not yet known to be remotely complete, and our
+  // own count of sends (active messages, large write_notify chains) until UCP completes them.
   // Nothing may throw while flush requests are posted: they point at `pending`.
-  std::vector<std::pair<Peer*, std::unique_ptr<BlockingOp>>> pending;
+  struct Pending {
+    Peer* peer;
+    std::unique_ptr<BlockingOp> op;  // null: no endpoint flush needed
+    uint64_t puts_posted;
+  };
+  std::vector<Pending> pending;
   std::vector<Peer*> failed;
   for (auto& owned : core_->peers) {
     Peer& p = *owned;
-    if (!p.dirty) continue;
+    if (!p.dirty && p.sends_in_flight == 0) continue;
     p.dirty = false;
     if (p.failure != UCS_OK) {
       failed.push_back(&p);
+      continue;
+    }
+    if (p.puts_posted == p.puts_flushed) {
+      pending.push_back({&p, nullptr, p.puts_posted});
       continue;
     }
     auto op = std::make_unique<BlockingOp>();
@@ -188,34 +260,46 @@ void UcxTransport::flush_within(std::chrono::milliseconds timeout) {
       continue;
     }
     if (request == nullptr) op->done = true;
-    pending.emplace_back(&p, std::move(op));
+    pending.push_back({&p, std::move(op), p.puts_posted});
   }
-  auto settled = [&](const Peer& p, const BlockingOp& op) {
-    return (op.done && p.sends_in_flight == 0) || p.failure != UCS_OK;
+  auto settled = [](const Pending& e) {
+    return ((!e.op || e.op->done) && e.peer->sends_in_flight == 0) ||
+           e.peer->failure != UCS_OK;
   };
   const bool finished = core_->block_until(
       lock,
       [&] {
-        for (auto& [p, op] : pending)
-          if (!settled(*p, *op)) return false;
+        for (const Pending& e : pending)
+          if (!settled(e)) return false;
         return true;
       },
       deadline, WaitKind::operation, std::chrono::microseconds(200), 0);
 
   std::string late;
-  for (auto& [p, op] : pending) {
-    if (!settled(*p, *op)) late += (late.empty() ? "" : ", ") + std::to_string(p->rank);
-    if (!op->done) core_->abandon(std::move(op));
+  int first_late = -1;
+  for (Pending& e : pending) {
+    Peer& p = *e.peer;
+    if (!settled(e)) {
+      if (first_late < 0) first_late = p.rank;
+      late += (late.empty() ? "" : ", ") + std::to_string(p.rank) + " (" +
+              std::to_string(p.sends_in_flight) + " sends in flight" +
+              (e.op && !e.op->done ? ", endpoint flush pending)" : ")");
+      p.dirty = true;  // the next flush must look at this peer again
+    }
+    if (e.op && e.op->done && e.op->status == UCS_OK)
+      p.puts_flushed = std::max(p.puts_flushed, e.puts_posted);
+    if (e.op && !e.op->done) core_->abandon(std::move(e.op));
   }
   if (!finished)
-    fail(Errc::timeout, "ucx: flush: rank(s) " + late + " did not complete within " +
-                            std::to_string(timeout.count()) + " ms (PCOLL_TIMEOUT_MS)");
+    fail_peer(Errc::timeout, first_late,
+              "ucx: flush: rank(s) " + late + " did not complete within " +
+                  std::to_string(timeout.count()) + " ms (PCOLL_TIMEOUT_MS)");
   for (Peer* p : failed) core_->check_peer(*p);
-  for (auto& [p, op] : pending) {
-    core_->check_peer(*p);
-    if (op && op->status != UCS_OK)
-      fail_status(errc_for_peer_status(op->status), "flush to rank " + std::to_string(p->rank),
-                  op->status);
+  for (const Pending& e : pending) {
+    core_->check_peer(*e.peer);
+    if (e.op && e.op->status != UCS_OK)
+      fail_peer_status(errc_for_peer_status(e.op->status), e.peer->rank,
+                       "flush to rank " + std::to_string(e.peer->rank), e.op->status);
   }
 }
 

@@ -63,6 +63,9 @@ class FileDescriptor {
 
 // Throws pcoll::Error(code) with "ucx: <what>: <UCS status string>".
 [[noreturn]] void fail_status(Errc code, const std::string& what, ucs_status_t status);
+// The same for a failure about one peer (Error::rank() = peer_rank).
+[[noreturn]] void fail_peer_status(Errc code, int peer_rank, const std::string& what,
+                                   ucs_status_t status);
 // Identifies a worker address in region keys (ucx_mr.cpp).
 uint64_t address_fingerprint(std::span<const std::byte> worker_address);
 // Errc for a failed operation towards a peer: peer_failed for connection-level statuses.
@@ -77,6 +80,9 @@ enum AmId : unsigned {
 // Bytes a write()/write_notify() copies before posting, so the caller's buffer is free at
 // once (Capabilities::inject_bytes).
 inline constexpr size_t kInjectBytes = 256;
+// write_notify payloads up to this size travel inside one eager active message (copied into
+// SendOp::inline_bytes); larger ones are put + flush + notification (ucx_rma.cpp).
+inline constexpr size_t kEagerNotifyBytes = 8192;
 
 class UcxCore;
 
@@ -85,7 +91,8 @@ struct SendOp {
   UcxCore* core = nullptr;
   int peer = -1;
   std::array<uint64_t, 2> header{};
-  alignas(16) std::array<std::byte, kInjectBytes> inline_bytes{};
+  uint64_t puts_posted = 0;  // large write_notify: Peer::puts_posted when its flush was posted
+  alignas(16) std::array<std::byte, kEagerNotifyBytes> inline_bytes{};
 };
 
 // Blocking operation (atomic, flush): the waiter polls `done`. Heap-allocated and kept by the
@@ -114,6 +121,12 @@ struct Peer {
   std::string failure_what;
   size_t sends_in_flight = 0;  // SendOps not yet completed
   bool dirty = false;          // operations posted since the last flush
+  // Puts posted to this peer, and how many of them an endpoint flush has since completed.
+  // flush() only flushes the endpoint when they differ: on tcp an endpoint flush is a round
+  // trip that needs the peer to progress, and active messages (notify, write_notify) never
+  // need one (their bytes are placed together with the value).
+  uint64_t puts_posted = 0;
+  uint64_t puts_flushed = 0;
 };
 
 // What a blocked thread is waiting for; decides whether progress made by another thread
@@ -169,8 +182,8 @@ class UcxCore {
   // Keeps a timed-out op alive until UCP completes it or the worker is gone.
   void abandon(std::unique_ptr<BlockingOp> op);
 
-  // --- UCP objects. Declaration order = reverse destruction order: endpoints close before
-  // the worker, the worker goes before the context, abandoned ops outlive the worker.
+  // --- UCP objects. ~UcxCore closes the endpoints, then destroys the worker and the context
+  // explicitly, before any member that UCP callbacks touch (peers, send-op pool, queues).
   std::list<std::unique_ptr<BlockingOp>> abandoned_ops;
   std::vector<std::unique_ptr<SendOp>> send_op_storage;
   ContextPtr context;
