@@ -3,7 +3,9 @@
 set -euo pipefail
 packages=(build-essential pkg-config meson ninja-build libfabric-dev libfabric-bin
           libhwloc-dev libucx-dev ucx-utils doctest-dev libopenmpi-dev openmpi-bin
-          python3 python3-matplotlib iproute2 procps)
+          python3 python3-matplotlib iproute2 procps
+          # cluster integration (tests/cluster): launchers, PMI libraries, namespaces
+          slurm-wlm munge libpmi2-0-dev libpmix-dev mpich hwloc)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

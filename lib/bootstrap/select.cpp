@@ -1,5 +1,7 @@
 // Choosing the bootstrap from the environment (PCOLL_BOOTSTRAP, else what the launcher set),
 // and the single-rank bootstrap used when no launcher is present.
+#include "bootstrap/select.hpp"
+
 #include <string>
 
 #include "bootstrap/bootstrap.hpp"
@@ -9,17 +11,6 @@
 #include "support/error.hpp"
 
 namespace pcoll::bootstrap {
-
-// Weak references: the build finds the PMIx / PMI2 libraries before their backends
-// (pmix.cpp, pmi2.cpp) exist; until they do, libpcoll still links and reports
-// Errc::unsupported instead of failing with an undefined symbol. Harmless once they exist.
-#if PCOLL_HAVE_PMIX
-[[gnu::weak]] std::unique_ptr<Bootstrap> make_pmix();
-#endif
-#if PCOLL_HAVE_PMI2
-[[gnu::weak]] std::unique_ptr<Bootstrap> make_pmi2();
-#endif
-
 namespace {
 
 class SingleBootstrap final : public Bootstrap {
@@ -33,43 +24,51 @@ class SingleBootstrap final : public Bootstrap {
   void barrier() override {}
 };
 
-std::unique_ptr<Bootstrap> pmix_or_fail([[maybe_unused]] const std::string& why) {
-#if PCOLL_HAVE_PMIX
-  if (&make_pmix != nullptr) return make_pmix();
-  fail(Errc::unsupported, why + ", but lib/bootstrap/pmix.cpp is not part of this build yet");
-#else
-  fail(Errc::unsupported, why + ", but this pcoll was built without PMIx (install the PMIx "
-                                "development package and rebuild with -Dpmix=enabled, or set "
-                                "PCOLL_BOOTSTRAP=store with PCOLL_RANK/SIZE/ROOT/JOB_KEY)");
-#endif
-}
+constexpr bool kHavePmix = PCOLL_HAVE_PMIX;
+constexpr bool kHavePmi2 = PCOLL_HAVE_PMI2;
 
-std::unique_ptr<Bootstrap> pmi2_or_fail([[maybe_unused]] const std::string& why) {
-#if PCOLL_HAVE_PMI2
-  if (&make_pmi2 != nullptr) return make_pmi2();
-  fail(Errc::unsupported, why + ", but lib/bootstrap/pmi2.cpp is not part of this build yet");
-#else
-  fail(Errc::unsupported, why + ", but this pcoll was built without PMI2 (install libpmi2 "
-                                "(slurm/pmi2.h) and rebuild with -Dpmi2=enabled, or set "
-                                "PCOLL_BOOTSTRAP=store with PCOLL_RANK/SIZE/ROOT/JOB_KEY)");
-#endif
+[[noreturn]] void missing_backend(const Selection& s) {
+  const std::string how =
+      s.name == "pmix" ? "install the PMIx development package (libpmix-dev) and rebuild with -Dpmix=enabled"
+                       : "install libpmi2-0-dev (slurm/pmi2.h) and rebuild with -Dpmi2=enabled";
+  const std::string backend = s.name == "pmix" ? "PMIx" : "PMI2";
+  fail(Errc::unsupported, s.reason + ", but this pcoll was built without " + backend + " support (" + how +
+                              ", or set PCOLL_BOOTSTRAP=store with PCOLL_RANK/SIZE/ROOT/JOB_KEY)");
 }
 
 }  // namespace
 
-std::unique_ptr<Bootstrap> make_single() { return std::make_unique<SingleBootstrap>(); }
+std::vector<std::string> built_backends() {
+  std::vector<std::string> out;
+  if (kHavePmix) out.push_back("pmix");
+  if (kHavePmi2) out.push_back("pmi2");
+  out.insert(out.end(), {"pcollrun", "manual", "single"});
+  return out;
+}
 
-std::unique_ptr<Bootstrap> from_environment() {
+Selection select_from_environment() {
   const std::string forced =
       env::get_choice("PCOLL_BOOTSTRAP", "auto", {"auto", "pmix", "pmi2", "store", "single"});
-  if (forced == "pmix") return pmix_or_fail("PCOLL_BOOTSTRAP=pmix");
-  if (forced == "pmi2") return pmi2_or_fail("PCOLL_BOOTSTRAP=pmi2");
-  if (forced == "store") return make_store();
-  if (forced == "single") return make_single();
+  auto store_kind = [] {
+    return env::get("PCOLL_LAUNCHER").value_or("manual") == "pcollrun" ? "pcollrun" : "manual";
+  };
+  if (forced == "pmix") return {"pmix", "PCOLL_BOOTSTRAP=pmix", kHavePmix};
+  if (forced == "pmi2") return {"pmi2", "PCOLL_BOOTSTRAP=pmi2", kHavePmi2};
+  if (forced == "store") return {store_kind(), "PCOLL_BOOTSTRAP=store", true};
+  if (forced == "single") return {"single", "PCOLL_BOOTSTRAP=single", true};
 
-  if (env::get("PMIX_NAMESPACE")) return pmix_or_fail("PMIX_NAMESPACE is set (a PMIx launcher)");
-  if (env::get("PMI_FD")) return pmi2_or_fail("PMI_FD is set (a PMI2 launcher)");
-  if (env::get("PCOLL_ROOT")) return make_store();
+  // pcollrun sets PCOLL_LAUNCHER for its own children: a pcollrun started inside an srun or
+  // mpirun job leaves the outer launcher's PMIX_NAMESPACE / PMI_FD in their environment.
+  if (env::get("PCOLL_ROOT") && store_kind() == std::string("pcollrun"))
+    return {"pcollrun", "started by pcollrun", true};
+  // PMI2_Init "succeeds" as a singleton without a launcher, so PMI_FD, not its return code,
+  // tells whether a PMI2 server is there.
+  if (env::get("PMIX_NAMESPACE")) return {"pmix", "PMIX_NAMESPACE is set (a PMIx launcher)", kHavePmix};
+  if (env::get("PMI_FD")) return {"pmi2", "PMI_FD is set (a PMI2 launcher)", kHavePmi2};
+  if (env::get("PCOLL_ROOT")) {
+    const std::string kind = store_kind();
+    return {kind, kind == "pcollrun" ? "started by pcollrun" : "PCOLL_ROOT is set (manual store)", true};
+  }
   // PCOLL_RANK/SIZE without PCOLL_ROOT is a half-configured manual job, not a single rank.
   for (const char* name : {"PCOLL_RANK", "PCOLL_SIZE"}) {
     if (const auto value = env::get(name); value && !(std::string(name) == "PCOLL_SIZE" && *value == "1"))
@@ -77,7 +76,22 @@ std::unique_ptr<Bootstrap> from_environment() {
                        " is set but PCOLL_ROOT is not: a manual multi-rank job needs PCOLL_ROOT=host:port "
                        "(rank 0's address) and PCOLL_JOB_KEY");
   }
-  return make_single();
+  return {"single", "no launcher found in the environment", true};
+}
+
+std::unique_ptr<Bootstrap> make_single() { return std::make_unique<SingleBootstrap>(); }
+
+std::unique_ptr<Bootstrap> from_environment() {
+  const Selection s = select_from_environment();
+  if (!s.built) missing_backend(s);
+#if PCOLL_HAVE_PMIX
+  if (s.name == "pmix") return make_pmix();
+#endif
+#if PCOLL_HAVE_PMI2
+  if (s.name == "pmi2") return make_pmi2();
+#endif
+  if (s.name == "single") return make_single();
+  return make_store();
 }
 
 }  // namespace pcoll::bootstrap

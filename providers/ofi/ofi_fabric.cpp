@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
+#include <vector>
 
 #include "ofi/ofi_transport.hpp"
 #include "support/log.hpp"
+#include "topology.hpp"
 
 namespace pcoll::transport::ofi {
 
@@ -60,6 +63,28 @@ fi_info* getinfo(const fi_info* hints) {
   return rc == 0 ? list : nullptr;
 }
 
+// Among several domains (NICs), the one hwloc finds closest to this process, or PCOLL_NIC's
+// (lib/topology.cpp); else the first, libfabric's preference. Shared memory has no NIC.
+size_t choose_domain(const std::string& prov_name, const std::vector<fi_info*>& entries) {
+  if (prov_name == "shm") return 0;
+  std::vector<topology::NicCandidate> nics;
+  std::vector<size_t> entry_of_nic;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const char* domain = entries[i]->domain_attr->name;
+    if (domain == nullptr) continue;
+    if (std::any_of(nics.begin(), nics.end(), [&](const auto& n) { return n.name == domain; })) continue;
+    topology::NicCandidate nic{domain, std::nullopt};
+    if (const fid_nic* fi_nic = entries[i]->nic; fi_nic && fi_nic->bus_attr && fi_nic->bus_attr->bus_type == FI_BUS_PCI) {
+      const auto& pci = fi_nic->bus_attr->attr.pci;
+      nic.pci = topology::PciAddress{pci.domain_id, pci.bus_id, pci.device_id, pci.function_id};
+    }
+    nics.push_back(std::move(nic));
+    entry_of_nic.push_back(i);
+  }
+  if (nics.empty()) return 0;
+  return entry_of_nic[topology::choose_nic(nics, "ofi:" + prov_name)];
+}
+
 }  // namespace
 
 std::vector<std::string> candidate_providers(const std::string& variant) {
@@ -84,17 +109,28 @@ InfoPtr query_provider(const std::string& prov_name, std::string* why_not) {
     if (why_not) *why_not = prov_name + ": no FI_EP_RDM endpoint with FI_MSG, FI_RMA and FI_ATOMIC";
     return nullptr;
   }
-  // Take the first entry that also has remote CQ data (write_notify needs it); libfabric
-  // lists the preferred domain (FI_TCP_IFACE / FI_SOCKETS_IFACE honoured) first.
+  // Entries that also have remote CQ data (write_notify needs it); libfabric lists the
+  // preferred domain (FI_TCP_IFACE / FI_SOCKETS_IFACE honoured) first.
+  std::vector<fi_info*> usable;
   for (fi_info* cur = list.get(); cur != nullptr; cur = cur->next) {
     if (cur->domain_attr->cq_data_size < 4) continue;
     if (cur->tx_attr->inject_size < sizeof(uint64_t)) continue;
-    InfoPtr one(fi_dupinfo(cur));
-    if (!one) fail(Errc::out_of_memory, "fi_dupinfo failed");
-    return one;
+    usable.push_back(cur);
   }
-  if (why_not) *why_not = prov_name + ": no remote CQ data (cq_data_size < 4)";
-  return nullptr;
+  if (usable.empty()) {
+    if (why_not) *why_not = prov_name + ": no remote CQ data (cq_data_size < 4)";
+    return nullptr;
+  }
+  fi_info* chosen = usable[0];
+  try {
+    chosen = usable[choose_domain(prov_name, usable)];
+  } catch (const Error& e) {  // PCOLL_NIC names none of this provider's domains
+    if (why_not) *why_not = prov_name + ": " + e.what();
+    return nullptr;
+  }
+  InfoPtr one(fi_dupinfo(chosen));
+  if (!one) fail(Errc::out_of_memory, "fi_dupinfo failed");
+  return one;
 }
 
 std::string describe_available_providers() {
