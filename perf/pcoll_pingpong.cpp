@@ -23,6 +23,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "support/env.hpp"
 #include "support/error.hpp"
+#include "progress_driver.hpp"
 #include "transport.hpp"
 
 namespace {
@@ -228,8 +229,13 @@ class PingPong {
     } else {
       r.seconds = run_transfer(bytes, iters, warmup);
     }
-    transport_->flush();
-    boot_.barrier();
+    {
+      // A peer's flush may need us to progress (UCX tcp acknowledges flushes) while we sit
+      // in the bootstrap barrier, which does not drive the transport.
+      tp::ProgressDriver driver(*transport_);
+      transport_->flush();
+      boot_.barrier();
+    }
     return r;
   }
 

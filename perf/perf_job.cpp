@@ -1,0 +1,129 @@
+// Job start-up, cross-rank reductions and argument parsing shared by the perf tools.
+#include "perf_job.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "support/env.hpp"
+#include "support/error.hpp"
+
+#if PCOLL_PERF_MPI
+#include "pcoll/mpi.h"
+#endif
+
+namespace pcoll::perf {
+
+void usage_error(const char* tool, const std::string& message, const char* usage) {
+  std::fprintf(stderr, "%s: %s\n%s", tool, message.c_str(), usage);
+  std::exit(kUsageExit);
+}
+
+uint64_t parse_bytes(const char* tool, const char* usage, const std::string& text, const char* flag,
+                     uint64_t min, uint64_t max) {
+  std::string digits = text;
+  uint64_t scale = 1;
+  if (!digits.empty()) {
+    const char last = digits.back();
+    if (last == 'k' || last == 'K') scale = uint64_t{1} << 10;
+    if (last == 'm' || last == 'M') scale = uint64_t{1} << 20;
+    if (last == 'g' || last == 'G') scale = uint64_t{1} << 30;
+    if (scale != 1) digits.pop_back();
+  }
+  try {
+    const uint64_t n = env::parse_u64(digits, flag, 0, max / scale) * scale;
+    if (n >= min) return n;
+  } catch (const Error&) {
+  }
+  usage_error(tool,
+              std::string(flag) + " '" + text + "' is not a byte count from " + std::to_string(min) + " to " +
+                  std::to_string(max) + " (K/M/G suffixes allowed)",
+              usage);
+}
+
+uint64_t parse_uint(const char* tool, const char* usage, const std::string& text, const char* flag,
+                    uint64_t min, uint64_t max) {
+  try {
+    return env::parse_u64(text, flag, min, max);
+  } catch (const Error& e) {
+    usage_error(tool, e.what(), usage);
+  }
+}
+
+double parse_double(const char* tool, const char* usage, const std::string& text, const char* flag,
+                    double min, double max) {
+  char* end = nullptr;
+  const double value = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+  if (std::isfinite(value) && end != nullptr && *end == '\0' && value >= min && value <= max) return value;
+  char range[64];
+  std::snprintf(range, sizeof range, "from %g to %g", min, max);
+  usage_error(tool, std::string(flag) + " '" + text + "' is not a number " + range, usage);
+}
+
+void check(int status, const char* what) {
+  if (status != PCOLL_SUCCESS) throw Error(static_cast<Errc>(status), std::string(what) + ": " + pcoll_last_error());
+}
+
+Job::Job([[maybe_unused]] int* argc, [[maybe_unused]] char*** argv) {
+#if PCOLL_PERF_MPI
+  if (env::get("OMPI_COMM_WORLD_SIZE")) {
+    // Only the main thread calls MPI: pcoll's progress thread never does.
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      fail(Errc::bootstrap, "MPI_Init_thread failed");
+    mpi_ = true;
+    check(pcoll_init_mpi(MPI_COMM_WORLD, &comm_), "pcoll_init_mpi");
+  }
+#endif
+  if (!mpi_) check(pcoll_init(&comm_), "pcoll_init");
+  rank_ = pcoll_comm_rank(comm_);
+  size_ = pcoll_comm_size(comm_);
+}
+
+Job::~Job() {
+  if (comm_ != nullptr && pcoll_finalize(comm_) != PCOLL_SUCCESS)
+    std::fprintf(stderr, "pcoll_finalize: %s\n", pcoll_last_error());
+#if PCOLL_PERF_MPI
+  if (mpi_) MPI_Finalize();
+#endif
+}
+
+std::string Job::launcher() const { return pcoll_comm_bootstrap(comm_); }
+std::string Job::provider() const { return pcoll_comm_provider(comm_); }
+
+void Job::reduce_over_ranks(std::span<double> values, pcoll_op_t op) {
+  if (values.empty() || size_ == 1) return;
+#if PCOLL_PERF_MPI
+  if (mpi_) {
+    if (MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE,
+                      op == PCOLL_OP_MAX ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+      fail(Errc::transport, "MPI_Allreduce of the measurements failed");
+    return;
+  }
+#endif
+  pcoll_allreduce_t* handle = nullptr;
+  check(pcoll_allreduce_create(comm_, values.size(), PCOLL_FLOAT64, op, PCOLL_MODE_SYNC, nullptr, &handle),
+        "pcoll_allreduce_create (measurement reduction)");
+  const std::vector<double> mine(values.begin(), values.end());
+  const int status = pcoll_allreduce_run(handle, mine.data(), values.data(), nullptr);
+  const std::string error = status == PCOLL_SUCCESS ? "" : pcoll_last_error();
+  check(pcoll_allreduce_destroy(handle), "pcoll_allreduce_destroy (measurement reduction)");
+  if (status != PCOLL_SUCCESS) throw Error(static_cast<Errc>(status), "measurement reduction: " + error);
+}
+
+void Job::max_over_ranks(std::span<double> values) { reduce_over_ranks(values, PCOLL_OP_MAX); }
+void Job::sum_over_ranks(std::span<double> values) { reduce_over_ranks(values, PCOLL_OP_SUM); }
+
+void Job::barrier() {
+#if PCOLL_PERF_MPI
+  if (mpi_) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    return;
+  }
+#endif
+  check(pcoll_barrier(comm_), "pcoll_barrier");
+}
+
+}  // namespace pcoll::perf
