@@ -48,6 +48,14 @@ bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at) {
   }
 }
 
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 size_t chunks_of(size_t elems, size_t chunk_elems) {
   return elems == 0 ? 1 : (elems + chunk_elems - 1) / chunk_elems;
 }
@@ -492,9 +500,10 @@ void Allreduce::wait_round_locked_loop(RoundInfo* info) {
     if (peer >= 0 && peer != rank_ && now - last_change_ > probe_after)
       comm_.watch_locked(peer, timeout_);
     if (now < spin_until) {
-      // Spin, driving the engine ourselves, but let oversubscribed peers run.
+      // Spin, driving the engine ourselves. No sched_yield: under load it hands the core
+      // to whatever else runs for a whole time slice, which is what a spin tries to avoid.
       lock.unlock();
-      std::this_thread::yield();
+      for (int i = 0; i < 64; ++i) cpu_relax();
       lock.lock();
     } else {
       comm_.sleep_locked(lock, std::chrono::milliseconds(std::clamp<int64_t>(timeout_.count() / 8, 1, 100)));
