@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "dtype.hpp"
 #include "dtype_values.hpp"
 #include "pcoll/pcoll.h"
 #include "perf_job.hpp"
@@ -49,39 +50,11 @@ const char kUsage[] =
 
 [[noreturn]] void usage_error(const std::string& message) { perf::usage_error(kTool, message, kUsage); }
 
-enum class Mode { sync, solo, majority, mpi };
+using perf::Mode;
+using perf::mode_name;
 
-const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::sync: return "sync";
-    case Mode::solo: return "solo";
-    case Mode::majority: return "majority";
-    case Mode::mpi: return "mpi";
-  }
-  return "?";
-}
-
-const char* dtype_name(pcoll_dtype_t d) {
-  switch (d) {
-    case PCOLL_FLOAT32: return "float32";
-    case PCOLL_FLOAT64: return "float64";
-    case PCOLL_INT32: return "int32";
-    case PCOLL_INT64: return "int64";
-    case PCOLL_BFLOAT16: return "bfloat16";
-    case PCOLL_FLOAT16: return "float16";
-  }
-  return "?";
-}
-
-const char* op_name(pcoll_op_t op) {
-  switch (op) {
-    case PCOLL_OP_SUM: return "sum";
-    case PCOLL_OP_AVG: return "avg";
-    case PCOLL_OP_MIN: return "min";
-    case PCOLL_OP_MAX: return "max";
-  }
-  return "?";
-}
+using pcoll::dtype_name;
+using pcoll::op_name;
 
 struct Options {
   std::vector<Mode> modes{Mode::sync};

@@ -64,17 +64,8 @@ const char kUsage[] =
 
 [[noreturn]] void usage_error(const std::string& message) { perf::usage_error(kTool, message, kUsage); }
 
-enum class Mode { sync, solo, majority, mpi };
-
-const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::sync: return "sync";
-    case Mode::solo: return "solo";
-    case Mode::majority: return "majority";
-    case Mode::mpi: return "mpi";
-  }
-  return "?";
-}
+using perf::Mode;
+using perf::mode_name;
 
 struct Options {
   perf::ImbalanceModel model;

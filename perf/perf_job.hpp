@@ -13,6 +13,19 @@
 
 namespace pcoll::perf {
 
+// What a perf tool measures: one of pcoll's modes, or MPI_Allreduce as the anchor.
+enum class Mode { sync, solo, majority, mpi };
+
+inline const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::sync: return "sync";
+    case Mode::solo: return "solo";
+    case Mode::majority: return "majority";
+    case Mode::mpi: return "mpi";
+  }
+  return "?";
+}
+
 using Clock = std::chrono::steady_clock;
 constexpr int kUsageExit = 2;
 
