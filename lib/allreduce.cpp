@@ -103,9 +103,6 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config)
   region_ = transport_.allocate(2 * work_bytes_ + 2 * slot_bytes_);
 
   carry_.resize(acc_bytes(config.count));
-  scratch_.resize(acc_bytes(config.count));
-  identity_.resize(acc_elem_bytes_);
-  fill_identity(config.dtype, config.op, identity_.data(), 1);
   fill_identity(config.dtype, config.op, carry_.data(), config.count);
   for (auto& per_parity : arrivals_) per_parity.resize(plan_.tags);
   ring_.resize(static_cast<size_t>(config.opts.max_lag) + 2);
@@ -289,8 +286,6 @@ void Allreduce::join(uint64_t round) {
   const double mark = flag_mark(config_.op);
   if (fresh) store_flag(acc_dtype_, flags + acc_bytes(rank_), mark);
   if (initiated_current_) store_flag(acc_dtype_, flags + acc_bytes(size_ + rank_), mark);
-  fresh_current_ = fresh;
-  flush_current_ = flush;
   late_by_round_[round % ring_.size()] = !fresh;
   step_ = 0;
   sent_ = false;

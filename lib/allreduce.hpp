@@ -119,8 +119,6 @@ class Allreduce {
 
   std::vector<std::byte> carry_;    // accumulation type
   bool carry_empty_ = true;
-  std::vector<std::byte> scratch_;  // accumulation type, for converting late 16-bit data
-  std::vector<std::byte> identity_; // one accumulation element
 
   // Application side.
   uint64_t app_next_ = 0;           // rounds posted so far (start + flush calls)
@@ -133,8 +131,6 @@ class Allreduce {
   uint64_t completed_ = 0;          // rounds completed
   uint64_t activated_ = 0;          // rounds < activated_ have been activated
   bool initiated_current_ = false;  // this rank activated the active round
-  bool fresh_current_ = false;      // the active round got this rank's sendbuf
-  bool flush_current_ = false;
   size_t step_ = 0;
   bool sent_ = false;
   bool flushed_ = false;
