@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include <sched.h>
+
 #include "activation.hpp"
 #include "comm.hpp"
 #include "dtype.hpp"
@@ -155,7 +157,7 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config)
         r, std::span<const std::byte>(all[r]).subspan(sizeof(Signature)));
   {
     std::lock_guard lock(comm.engine_mutex());
-    last_change_ = Clock::now();
+    ++changes_;
     ready_ = true;
   }
   log::debug("allreduce handle " + std::to_string(id_) + ": " + describe(mine) + ", " +
@@ -244,7 +246,7 @@ void Allreduce::on_notice(const Notice& notice) {
                              std::to_string(tag) + " (this plan has " +
                              std::to_string(plan_.tags) + ")");
   arrivals_[round & 1][tag].push_back(notice.chunk());
-  last_change_ = Clock::now();
+  ++changes_;
 }
 
 void Allreduce::advance_locked() {
@@ -292,7 +294,7 @@ void Allreduce::join(uint64_t round) {
   flushed_ = false;
   processed_ = 0;
   ++joined_;
-  last_change_ = Clock::now();
+  ++changes_;
 }
 
 void Allreduce::post_sends(const PlanStep& step) {
@@ -360,7 +362,7 @@ bool Allreduce::run_steps() {
     sent_ = false;
     flushed_ = false;
     processed_ = 0;
-    last_change_ = Clock::now();
+    ++changes_;
   }
   return true;
 }
@@ -412,7 +414,7 @@ void Allreduce::complete_round() {
   for (auto& tag : arrivals_[round & 1]) tag.clear();
   initiated_current_ = false;
   ++completed_;
-  last_change_ = Clock::now();
+  ++changes_;
 }
 
 // --- Application side ---------------------------------------------------------------------
@@ -482,26 +484,62 @@ int Allreduce::awaited_peer() const {
 }
 
 void Allreduce::wait_round_locked_loop(RoundInfo* info) {
-  const auto spin_until = Clock::now() + comm_.spin();
   const auto probe_after = std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(1000));
+  // While spinning we drive the engine and the progress thread is parked; asleep, it is
+  // the other way round.
+  struct Driving {
+    Comm& comm;
+    bool on = false;
+    void set(bool want, bool resume_now = true) {
+      if (want == on) return;
+      if (want) comm.hold_progress(); else comm.release_progress(resume_now);
+      on = want;
+    }
+    // The round is done and the application will likely be back for the next one soon.
+    ~Driving() { set(false, false); }
+  } driving{comm_};
+  // When this waiter last saw the engine move. The clock is read once per change and every
+  // kClockEvery idle polls: in a VM a clock read can cost as much as the poll itself.
+  constexpr unsigned kClockEvery = 16;
+  auto moved_at = Clock::now();
+  uint64_t seen = changes_;
+  bool spinning = true;
   std::unique_lock lock(comm_.engine_mutex());
-  for (;;) {
+  for (unsigned idle = 0;; ++idle) {
     comm_.check_failed();
     comm_.drive_locked();
     if (deliver_if_ready_locked(info)) return;
-    const auto now = Clock::now();
-    const int peer = awaited_peer();
-    // Only a waiter that heard nothing for a while asks whether the peer is alive.
-    if (peer >= 0 && peer != rank_ && now - last_change_ > probe_after)
-      comm_.watch_locked(peer, timeout_);
-    if (now < spin_until) {
-      // Spin, driving the engine ourselves. No sched_yield: under load it hands the core
-      // to whatever else runs for a whole time slice, which is what a spin tries to avoid.
+    if (changes_ != seen) {
+      seen = changes_;
+      moved_at = Clock::now();
+      idle = 0;
+      spinning = true;
+    } else if (idle % kClockEvery == 0) {
+      const auto now = Clock::now();
+      const int peer = awaited_peer();
+      // Only a waiter that heard nothing for a while asks whether the peer is alive.
+      if (peer >= 0 && peer != rank_ && now - moved_at > probe_after) comm_.watch_locked(peer, timeout_);
+      // Spin while the round moves: within the spin budget of the start of the wait or of
+      // the engine's last step, so a large round that keeps receiving is driven here to
+      // the end, and a wait for a late peer goes to sleep soon.
+      spinning = now < moved_at + comm_.spin();
+    }
+    if (spinning) {
+      driving.set(true);
+      // A short pause between polls (a long one adds microseconds to every round). Yield
+      // only when the node is oversubscribed: then the rank we wait for may need this
+      // CPU; otherwise a yield can hand the core to unrelated work for a whole slice.
       lock.unlock();
-      for (int i = 0; i < 64; ++i) cpu_relax();
+      if (comm_.yield_when_spinning()) {
+        sched_yield();
+      } else {
+        for (int i = 0; i < 4; ++i) cpu_relax();
+      }
       lock.lock();
     } else {
+      driving.set(false);
       comm_.sleep_locked(lock, std::chrono::milliseconds(std::clamp<int64_t>(timeout_.count() / 8, 1, 100)));
+      idle = kClockEvery - 1;  // look at the clock again after every sleep
     }
   }
 }

@@ -140,7 +140,7 @@ class Allreduce {
   std::vector<Completed> ring_;     // results not yet handed to the application
   std::vector<bool> late_by_round_; // indexed by round % ring size
 
-  std::chrono::steady_clock::time_point last_change_;
+  uint64_t changes_ = 0;           // bumped whenever the engine moves: arrivals, steps, rounds
 };
 
 }  // namespace pcoll

@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include "allreduce.hpp"
 #include "support/env.hpp"
 #include "support/error.hpp"
@@ -15,6 +17,15 @@
 #include "topology.hpp"
 
 namespace pcoll {
+namespace {
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+}  // namespace
 
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot) : boot_(std::move(boot)) {
   log::threshold();  // reject a bad PCOLL_LOG now rather than at the first message
@@ -39,9 +50,38 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot) : boot_(std::move(boot)) 
                                 std::to_string(transport_->capabilities().notify_bits) +
                                 "-bit notifications; pcoll needs 64");
 
+  // Each rank sends its transport address and its host name: the ranks sharing our host
+  // decide whether waiting ranks must yield their CPU.
   const transport::Bytes address = transport_->address();
-  const auto addresses = boot_->allgather(address);
+  const std::string host = host_name();
+  transport::Bytes blob(sizeof(uint32_t) + address.size() + host.size());
+  const auto address_bytes = static_cast<uint32_t>(address.size());
+  std::memcpy(blob.data(), &address_bytes, sizeof address_bytes);
+  std::memcpy(blob.data() + sizeof address_bytes, address.data(), address.size());
+  std::memcpy(blob.data() + sizeof address_bytes + address.size(), host.data(), host.size());
+  const auto blobs = boot_->allgather(blob);
+  std::vector<transport::Bytes> addresses(size_);
+  for (int r = 0; r < size_; ++r) {
+    const auto& b = blobs[r];
+    uint32_t n = 0;
+    if (b.size() >= sizeof n) std::memcpy(&n, b.data(), sizeof n);
+    if (b.size() < sizeof n || b.size() - sizeof n < n)
+      fail(Errc::protocol, "rank " + std::to_string(r) + " sent a malformed address record (" +
+                               std::to_string(b.size()) + " bytes) during communicator setup");
+    addresses[r].assign(b.begin() + sizeof n, b.begin() + sizeof n + n);
+    const std::string their_host(reinterpret_cast<const char*>(b.data()) + sizeof n + n, b.size() - sizeof n - n);
+    if (their_host == host) ++local_ranks_;
+  }
   transport_->connect(rank_, addresses);
+  // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
+  // ranks than it has CPUs (auto), always, or never. Without it, an oversubscribed waiter
+  // spins through the time slice that the rank it waits for needs.
+  const std::string yield = env::get_choice("PCOLL_YIELD", "auto", {"auto", "always", "never"});
+  const int cpus = topology::node_cpus();
+  yield_ = yield == "always" || (yield == "auto" && local_ranks_ > cpus);
+  log::debug("waiters " + std::string(yield_ ? "yield" : "do not yield") + ": " +
+             std::to_string(local_ranks_) + " ranks on this node, " + std::to_string(cpus) +
+             " CPUs (PCOLL_YIELD=" + yield + ")");
 
   const auto now = Clock::now();
   ping_sent_.assign(size_, std::nullopt);

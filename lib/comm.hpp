@@ -66,8 +66,18 @@ class Comm {
   // itself, so a fast round pays no thread hand-off.
   void sleep_locked(std::unique_lock<std::mutex>& lock, std::chrono::microseconds timeout);
 
+  // An application thread that spins in a wait drives the engine itself; meanwhile the
+  // progress thread is parked, so that the two do not take turns on a shared core (an MPI
+  // launcher binds each rank to one core). Counted; every hold needs its release:
+  // resume_now when the caller is about to sleep and leaves progress to the thread.
+  void hold_progress() { driver_->hold(); }
+  void release_progress(bool resume_now) { driver_->release(resume_now); }
+
   // The progress thread's spin budget before blocking, from PCOLL_SPIN_US.
   std::chrono::microseconds spin() const { return spin_; }
+  // Whether a spinning waiter yields its CPU between polls (PCOLL_YIELD; by default when
+  // this node runs more ranks than it has CPUs).
+  bool yield_when_spinning() const { return yield_; }
 
  private:
   void progress_hook();
@@ -84,6 +94,8 @@ class Comm {
   std::vector<std::optional<Clock::time_point>> ping_sent_;
   std::vector<Clock::time_point> last_pong_;
   std::chrono::microseconds spin_{50};
+  int local_ranks_ = 0;   // ranks on this host, this one included
+  bool yield_ = false;
 
   std::mutex engine_mutex_;
   std::condition_variable engine_moved_;  // the progress thread changed the engine's state

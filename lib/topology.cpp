@@ -3,6 +3,8 @@
 // process's cpuset at first use); hwloc failing to load disables placement, never the job.
 #include "topology.hpp"
 
+#include <unistd.h>
+
 #include <hwloc.h>
 #include <sched.h>
 
@@ -234,6 +236,16 @@ ProgressPlacement progress_cpu() {
   // The core's last hardware thread: an SMT sibling the application's thread does not hold.
   const int cpu = hwloc_bitmap_last(pus.get());
   return {cpu, "CPU " + std::to_string(cpu) + ": " + why};
+}
+
+int node_cpus() {
+  const Snapshot& snap = snapshot();
+  if (snap.loaded()) {
+    const int n = hwloc_bitmap_weight(hwloc_topology_get_allowed_cpuset(snap.get()));
+    if (n > 0) return n;
+  }
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
 }
 
 Summary summary() {

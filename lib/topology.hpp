@@ -50,6 +50,10 @@ struct ProgressPlacement {
 };
 ProgressPlacement progress_cpu();
 
+// Logical CPUs this node lets the job use (hwloc's allowed cpuset; the online CPU count when
+// hwloc failed): with more ranks than this on the node, waiting ranks must yield.
+int node_cpus();
+
 // What hwloc found, for pcoll_info.
 struct NicInfo {
   std::string name;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -27,6 +28,15 @@ class ProgressDriver {
   ProgressDriver& operator=(const ProgressDriver&) = delete;
 
   void stop();
+
+  // Parks the thread while some other thread drives the transport itself (an application
+  // thread spinning in a wait): on a shared core the two would only take turns, and each
+  // hand-over costs a scheduler slice. Counted: the thread resumes once every hold() has
+  // been matched by a release(). release(true) resumes it at once (the holder is about to
+  // sleep and relies on it); release(false) lets it resume within kResumeAfter, so that a
+  // holder that comes back soon (the next round) does not pay a thread wake-up each time.
+  void hold() { holds_.fetch_add(1, std::memory_order_acq_rel); }
+  void release(bool resume_now);
   // The first error the thread hit (it keeps running and retries after a pause), or "".
   std::string error() const;
 
@@ -36,6 +46,9 @@ class ProgressDriver {
   Transport& transport_;
   Hook hook_;
   std::atomic<bool> running_{true};
+  std::atomic<int> holds_{0};
+  std::mutex gate_mutex_;
+  std::condition_variable gate_cv_;
   mutable std::mutex error_mutex_;
   std::string error_;
   std::thread thread_;

@@ -4,8 +4,10 @@
 // Waiting: with an FI_WAIT_FD CQ (tcp;ofi_rxm, sockets) one thread at a time (the "poller")
 // sleeps in ppoll() on the CQ fd and an eventfd, after fi_trywait() said that is safe; other
 // waiters sleep on a condition variable that progress() and the poller signal. shm has no
-// fd (and its fi_cq_sread yields in a loop, burning a core), so there every waiter spins for
-// ~30 us, then progresses on growing sleeps of 50 us up to 1 ms.
+// fd (and its fi_cq_sread yields in a loop, burning a core), so there a notification waiter
+// spins for ~30 us, then progresses on growing sleeps of 50 us up to 1 ms. An activity
+// waiter (the progress thread, or a flush past its own spin) skips the spin: it runs
+// beside an application that spins itself or computes, often on the same core.
 #include <poll.h>
 #include <unistd.h>
 
@@ -219,7 +221,7 @@ bool OfiTransport::wait_impl(Clock::time_point deadline, WaitFor what, bool hono
     waiters_.fetch_sub(1);
   };
 
-  const auto spin_until = Clock::now() + kSpin;
+  const auto spin_until = what == WaitFor::notification ? Clock::now() + kSpin : Clock::now();
   Clock::duration backoff = Clock::duration::zero();
   unsigned trywait_refusals = 0;
   for (;;) {
