@@ -99,6 +99,15 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config)
       choose_algorithm(size_, acc_bytes(total_elems_), config.rd_max_bytes + 1);
   plan_ = make_round_plan(algorithm, size_, rank_, total_elems_);
   if (plan_.tags > kMaxSlots) fail(Errc::unsupported, "too many ranks for one reduction plan");
+  // A last step that receives and reduces the whole vector (recursive doubling without a
+  // fold-in post step) produces final values chunk by chunk: they are converted into the
+  // application's buffer while still in cache instead of in a second pass at the end.
+  for (size_t i = plan_.steps.size(); i-- > 0;) {
+    const PlanStep& step = plan_.steps[i];
+    if (!step.recv) continue;
+    if (step.recv_reduce && step.recv_offset == 0 && step.recv_count == total_elems_) final_step_ = i;
+    break;
+  }
 
   work_bytes_ = (acc_bytes(total_elems_) + 63) / 64 * 64;
   slot_bytes_ = (acc_bytes(plan_.slot_elems) + 63) / 64 * 64;
@@ -293,6 +302,7 @@ void Allreduce::join(uint64_t round) {
   sent_ = false;
   flushed_ = false;
   processed_ = 0;
+  early_delivered_ = 0;
   ++joined_;
   ++changes_;
 }
@@ -348,6 +358,7 @@ bool Allreduce::run_steps() {
           const size_t elems = std::min(chunk_elems_, step.recv_count - std::min(step.recv_count, first));
           reduce_into(config_.dtype, config_.op, work(round) + acc_bytes(step.recv_offset + first),
                       slots(round) + acc_bytes(step.recv_slot_offset + first), elems);
+          if (step_ == final_step_) deliver_chunk(round, first, elems);
         }
         ++processed_;
       }
@@ -365,6 +376,15 @@ bool Allreduce::run_steps() {
     ++changes_;
   }
   return true;
+}
+
+void Allreduce::deliver_chunk(uint64_t round, size_t first, size_t elems) {
+  if (!posted_ || posted_->round != round || posted_->delivered || posted_->recvbuf == nullptr) return;
+  if (first >= config_.count) return;  // the flag elements stay in the work buffer
+  const size_t n = std::min(elems, config_.count - first);
+  from_accumulator(config_.dtype, config_.op, size_, work(round) + acc_bytes(first),
+                   static_cast<std::byte*>(posted_->recvbuf) + user_elem_bytes_ * first, n);
+  early_delivered_ += n;
 }
 
 void Allreduce::fill_info(uint64_t round, RoundInfo& info) {
@@ -403,7 +423,7 @@ void Allreduce::complete_round() {
   fill_info(round, slot.info);
   const std::byte* acc = work(round);
   if (posted_ && posted_->round == round && !posted_->delivered) {
-    if (posted_->recvbuf != nullptr)
+    if (posted_->recvbuf != nullptr && early_delivered_ != config_.count)
       from_accumulator(config_.dtype, config_.op, size_, acc, posted_->recvbuf, config_.count);
     posted_->delivered = true;
     slot.result.clear();

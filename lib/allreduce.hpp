@@ -88,6 +88,7 @@ class Allreduce {
   bool run_steps();       // true when the active round's plan is done
   void post_sends(const PlanStep& step);
   void complete_round();
+  void deliver_chunk(uint64_t round, size_t first, size_t elems);
   void fill_info(uint64_t round, RoundInfo& info);
   bool deliver_if_ready_locked(RoundInfo* info);
   void wait_round_locked_loop(RoundInfo* info);  // takes the engine lock
@@ -112,6 +113,7 @@ class Allreduce {
   std::chrono::milliseconds timeout_{30000};
 
   RoundPlan plan_;
+  size_t final_step_ = SIZE_MAX;    // see the constructor
   size_t work_bytes_ = 0;    // per parity
   size_t slot_bytes_ = 0;    // per parity
   std::unique_ptr<transport::LocalRegion> region_;  // work[2] then slots[2]
@@ -136,6 +138,7 @@ class Allreduce {
   bool flushed_ = false;
   bool large_writes_pending_ = false;  // a write above the inject size may not be complete
   size_t processed_ = 0;
+  size_t early_delivered_ = 0;      // elements already in the posted recvbuf this round
   std::vector<std::vector<uint32_t>> arrivals_[2];  // [parity][tag] -> chunks arrived
   std::vector<Completed> ring_;     // results not yet handed to the application
   std::vector<bool> late_by_round_; // indexed by round % ring size
