@@ -8,6 +8,11 @@
 // the bytes of both directions (10^6 bytes per second), Mxfers/sec counts both directions.
 // For the atomics a transfer is one blocking 8-byte operation (itself a round trip), issued
 // by rank 0 while rank 1 only progresses.
+//
+// --bw streams instead, like fi_rma_bw or ucx_perftest's *_bw tests: rank 0 posts a window
+// of -W transfers back to back and rank 1 answers each window with one notification once it
+// holds them all (write_notify: all their notifications; write: a notify after a flush).
+// MB/sec then counts one direction, and usec/xfer is the time per transfer.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -42,6 +47,8 @@ const char kUsage[] =
     "  -I ITERS     timed iterations per size (default 1000; 100 for sizes >= 1 MiB under -S all)\n"
     "  -w WARMUP    untimed iterations first (default 100; 10 for sizes >= 1 MiB under -S all)\n"
     "  -c           fill and verify every byte of every transfer\n"
+    "  --bw         stream windows of transfers from rank 0 to rank 1 (write_notify, write)\n"
+    "  -W WINDOW    transfers per window under --bw (default 64)\n"
     "  -p SELECTOR  transport (default PCOLL_PROVIDER or ofi:shm)\n"
     "  --json       one JSON object per size instead of the table\n"
     "  -h, --help   this help\n";
@@ -73,6 +80,8 @@ struct Options {
   std::optional<uint64_t> warmup;
   bool verify = false;
   bool json = false;
+  bool bandwidth = false;
+  uint64_t window = 64;
   std::string selector;  // "" = PCOLL_PROVIDER / default
 };
 
@@ -137,6 +146,10 @@ Options parse_options(int argc, char** argv) {
       o.warmup = parse_count(value(), "-w", 0);
     } else if (arg == "-c") {
       o.verify = true;
+    } else if (arg == "--bw") {
+      o.bandwidth = true;
+    } else if (arg == "-W") {
+      o.window = parse_count(value(), "-W", 1);
     } else if (arg == "-p") {
       o.selector = value();
     } else if (arg == "--json") {
@@ -149,6 +162,7 @@ Options parse_options(int argc, char** argv) {
     if (size_given && !(o.sizes.size() == 1 && o.sizes[0] == 8))
       usage_error(std::string("-o ") + op_name(o.op) + " works on 8-byte words; -S must be 8 or left out");
     o.sizes = {8};
+    if (o.bandwidth) usage_error(std::string("--bw streams writes; -o ") + op_name(o.op) + " is a blocking round trip");
   }
   return o;
 }
@@ -226,6 +240,12 @@ class PingPong {
     if (is_atomic(o_.op)) {
       r.xfers_per_iter = 1;
       r.seconds = run_atomic(iters, warmup);
+    } else if (o_.bandwidth) {
+      // Iterations count transfers here, rounded up to whole windows.
+      r.xfers_per_iter = static_cast<int>(o_.window);
+      r.iters = (iters + o_.window - 1) / o_.window;
+      r.warmup = (warmup + o_.window - 1) / o_.window;
+      r.seconds = run_stream(bytes, r.iters, r.warmup);
     } else {
       r.seconds = run_transfer(bytes, iters, warmup);
     }
@@ -337,6 +357,54 @@ class PingPong {
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
 
+  // --bw: rank 0 posts windows of transfers, rank 1 acknowledges each whole window.
+  double run_stream(size_t bytes, uint64_t windows, uint64_t warmup) {
+    const uint64_t first = sequence_ + 1;
+    if (o_.verify) {
+      auto src = source_->bytes();
+      for (size_t i = 0; i < bytes; ++i) src[i] = pattern(first, i);
+    }
+    Clock::time_point start = Clock::now();
+    for (uint64_t w = 0; w < warmup + windows; ++w) {
+      if (w == warmup) start = Clock::now();
+      if (boot_.rank() == 0) {
+        for (uint64_t k = 0; k < o_.window; ++k) {
+          const uint64_t iter = ++sequence_;
+          if (o_.op == Op::write_notify)
+            transport_->write_notify(*source_, 0, *peer_landing_, 0, bytes, iter);
+          else
+            transport_->write(*source_, 0, *peer_landing_, 0, bytes);
+        }
+        if (o_.op == Op::write) {
+          transport_->flush();  // the window is visible at rank 1 before the notice
+          transport_->notify(peer_, sequence_);
+        }
+        wait_notification(sequence_);
+      } else {
+        const uint64_t expected = o_.op == Op::write_notify ? o_.window : 1;
+        for (uint64_t k = 0; k < expected; ++k) {
+          uint64_t value = 0;
+          spin_until([&] { return transport_->poll({&value, 1}) == 1; }, "window notification");
+          const uint64_t low = (sequence_ + 1) & notify_mask_;
+          const uint64_t high = (sequence_ + o_.window) & notify_mask_;
+          if (o_.verify && low <= high && (value < low || value > high))
+            fail_check("notification " + std::to_string(value) + " outside window " + std::to_string(low) + ".." +
+                       std::to_string(high));
+        }
+        sequence_ += o_.window;
+        transport_->notify(peer_, sequence_);
+      }
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (o_.verify && boot_.rank() == 1) {
+      const auto land = landing_->bytes();
+      for (size_t i = 0; i < bytes; ++i)
+        if (land[i] != pattern(first, i))
+          fail_check("byte " + std::to_string(i) + " of " + std::to_string(bytes) + " after streaming");
+    }
+    return seconds;
+  }
+
   // Rank 0 issues the atomics on rank 1's word; rank 1 progresses until rank 0 is done.
   double run_atomic(uint64_t iters, uint64_t warmup) {
     if (boot_.rank() != 0) {
@@ -391,10 +459,11 @@ void print_json(const Result& r, const Options& o, const tp::Capabilities& caps)
   const double usec = r.seconds * 1e6;
   const double xfers = static_cast<double>(r.iters) * r.xfers_per_iter;
   const uint64_t total = r.iters * r.bytes * static_cast<uint64_t>(r.xfers_per_iter);
-  std::printf("{\"op\":\"%s\",\"provider\":\"%s\",\"fabric\":\"%s\",\"bytes\":%zu,\"iters\":%llu,"
-              "\"warmup\":%llu,\"total_bytes\":%llu,\"time_s\":%.6f,\"usec_per_xfer\":%.3f,"
+  std::printf("{\"op\":\"%s\",\"mode\":\"%s\",\"window\":%d,\"provider\":\"%s\",\"fabric\":\"%s\",\"bytes\":%zu,"
+              "\"iters\":%llu,\"warmup\":%llu,\"total_bytes\":%llu,\"time_s\":%.6f,\"usec_per_xfer\":%.3f,"
               "\"mb_per_sec\":%.3f,\"mxfers_per_sec\":%.4f,\"verified\":%s}\n",
-              op_name(o.op), caps.name.c_str(), caps.provider.c_str(), r.bytes,
+              op_name(o.op), o.bandwidth ? "bandwidth" : "latency", o.bandwidth ? r.xfers_per_iter : 1,
+              caps.name.c_str(), caps.provider.c_str(), r.bytes,
               static_cast<unsigned long long>(r.iters), static_cast<unsigned long long>(r.warmup),
               static_cast<unsigned long long>(total), r.seconds, usec / xfers,
               static_cast<double>(total) / usec, xfers / usec, o.verify ? "true" : "false");
@@ -415,8 +484,9 @@ int main(int argc, char** argv) {
     const bool reporter = boot->rank() == 0;
     if (reporter && !options.json) {
       const auto& caps = pingpong.capabilities();
-      std::printf("# pcoll_pingpong op %s, provider %s (%s)%s\n", op_name(options.op), caps.name.c_str(),
-                  caps.provider.c_str(), options.verify ? ", verifying every byte" : "");
+      std::printf("# pcoll_pingpong op %s, provider %s (%s)%s%s\n", op_name(options.op), caps.name.c_str(),
+                  caps.provider.c_str(), options.verify ? ", verifying every byte" : "",
+                  options.bandwidth ? (", streaming windows of " + std::to_string(options.window)).c_str() : "");
       print_header();
     }
     for (size_t bytes : options.sizes) {
