@@ -49,7 +49,7 @@ const char kUsage[] =
     "  -c           fill and verify every byte of every transfer\n"
     "  --bw         stream windows of transfers from rank 0 to rank 1 (write_notify, write)\n"
     "  -W WINDOW    transfers per window under --bw (default 64)\n"
-    "  -p SELECTOR  transport (default PCOLL_PROVIDER or ofi:shm)\n"
+    "  -p SELECTOR  transport (default PCOLL_PROVIDER, else ucx:shm or ofi:shm)\n"
     "  --json       one JSON object per size instead of the table\n"
     "  -h, --help   this help\n";
 

@@ -137,7 +137,8 @@ class Transport {
 
 // Makes the transport a selector names: "ofi" (best libfabric provider with RMA and
 // atomics), "ofi:shm", "ofi:tcp", "ofi:sockets", "ucx", "ucx:shm", "ucx:tcp". An empty
-// selector reads PCOLL_PROVIDER, default "ofi:shm". Unknown or unusable selectors throw
+// selector reads PCOLL_PROVIDER, default "ucx:shm" (falling back to "ofi:shm" where UCX is
+// not built in or its shared memory is unusable). Unknown or unusable selectors throw
 // Errc::invalid_argument / Errc::unsupported with the list of what is available.
 std::unique_ptr<Transport> create(const std::string& selector, const Options& options);
 

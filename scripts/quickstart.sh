@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # One command from a fresh clone: install what is missing, build, and run the demos on the
-# default one-node provider (libfabric shm): transport ping-pong, then the eager-SGD
-# imbalance experiment (sync vs solo vs majority on 4 ranks).
+# default one-node provider (UCX shared memory, libfabric shm without UCX): transport
+# ping-pong, then the eager-SGD imbalance experiment (sync vs solo vs majority on 4 ranks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 echo
-echo "== pcoll_pingpong: write_notify latency and bandwidth over ofi:shm (2 ranks)"
+echo "== pcoll_pingpong: write_notify latency and streaming bandwidth, default provider (2 ranks)"
 timeout 120 build/util/pcollrun -n 2 build/perf/pcoll_pingpong -S 8 -I 5000
-timeout 120 build/util/pcollrun -n 2 build/perf/pcoll_pingpong -S 1M -I 500
+timeout 120 build/util/pcollrun -n 2 build/perf/pcoll_pingpong -S 1M -I 2000 --bw
 echo
 echo "== pcoll_imbalance: 4 ranks, each step two random ranks compute 16 ms longer than 20 ms"
 timeout 180 build/util/pcollrun -n 4 build/perf/pcoll_imbalance --model paper --compute-ms 20 --delay-ms 16 \

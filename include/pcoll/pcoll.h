@@ -89,7 +89,7 @@ const char *pcoll_strerror(int status); /* 0 is success; errors are non-zero */
 const char *pcoll_last_error(void);     /* detailed message, per thread */
 
 /* Additions beyond the core set. */
-const char *pcoll_comm_provider(const pcoll_comm_t *comm); /* e.g. "ofi:shm" */
+const char *pcoll_comm_provider(const pcoll_comm_t *comm); /* e.g. "ucx:shm" */
 const char *pcoll_comm_bootstrap(const pcoll_comm_t *comm); /* e.g. "pcollrun", "pmix" */
 int pcoll_barrier(pcoll_comm_t *comm);
 /* The rank that may initiate `round` of a PCOLL_MODE_MAJORITY handle: hash(seed, handle,
