@@ -140,6 +140,7 @@ UcxCore::~UcxCore() {
   // worker, then the context. Only after that may members the callbacks use go away:
   // implicit member destruction would free the pool and the queues before the worker.
   std::unique_lock lock(mutex);
+  mailbox.close();  // its rkeys before the endpoints, its memory before the context
   close_endpoints();
   // UCX 1.13 asserts (self.c "params->memh") when ucp_worker_destroy purges a request that
   // never completed, e.g. an atomic that timed out on a silent peer. Leak the worker and the

@@ -1,5 +1,7 @@
 // Endpoints: one UCP endpoint per rank (self included), created from the gathered worker
 // addresses with peer-failure error handling, and closed without waiting on dead peers.
+#include <cstring>
+
 #include "support/log.hpp"
 #include "ucx_transport.hpp"
 
@@ -90,6 +92,25 @@ void UcxTransport::connect(int my_rank, std::span<const Bytes> addresses) {
   core_->my_rank = my_rank;
   // Wire-up completes lazily while ranks progress; waiting here could deadlock with a rank
   // that went on to a bootstrap barrier without progressing.
+
+  // Shared memory: open the notification mailbox and send its key to every peer; until a
+  // peer's key arrives, notifications to it travel as active messages.
+  if (core_->variant != "shm") return;
+  core_->mailbox.open(my_rank, static_cast<int>(addresses.size()));
+  if (!core_->mailbox.is_open() || core_->mailbox.key().size() > kEagerNotifyBytes) return;
+  for (auto& owned : core_->peers) {
+    Peer& p = *owned;
+    if (p.rank == my_rank) continue;
+    SendOp* op = core_->acquire_send_op(p.rank);
+    op->header[0] = static_cast<uint64_t>(my_rank);
+    const Bytes& key = core_->mailbox.key();
+    std::memcpy(op->inline_bytes.data(), key.data(), key.size());
+    const ucp_request_param_t param = send_param(op);
+    post_send(lock, p, op,
+              ucp_am_send_nbx(p.ep, am_mailbox, op->header.data(), sizeof(uint64_t),
+                              op->inline_bytes.data(), key.size(), &param),
+              "mailbox announcement");
+  }
 }
 
 void UcxCore::close_endpoints() {

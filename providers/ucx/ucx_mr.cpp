@@ -57,6 +57,8 @@ struct RkeyBufferDeleter {
   void operator()(void* buffer) const noexcept { ucp_rkey_buffer_release(buffer); }
 };
 
+}  // namespace
+
 Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t length,
                uint64_t origin) {
   std::unique_ptr<void, RkeyBufferDeleter> rkey_buffer;
@@ -77,7 +79,28 @@ Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t l
   return blob;
 }
 
-}  // namespace
+KeyView decode_key(std::span<const std::byte> key, const std::string& who) {
+  KeyHeader header{};
+  if (key.size() < sizeof header)
+    fail(Errc::protocol, "ucx: " + who + " is " + std::to_string(key.size()) +
+                             " bytes, shorter than its " + std::to_string(sizeof header) +
+                             "-byte header");
+  std::memcpy(&header, key.data(), sizeof header);
+  if (header.magic != kKeyMagic || header.version != kKeyVersion)
+    fail(Errc::protocol, "ucx: " + who + " is not a UCX provider key (magic/version mismatch; "
+                         "do all ranks use the same PCOLL_PROVIDER and pcoll version?)");
+  const auto rkey = key.subspan(sizeof header);
+  if (rkey.size() != header.rkey_bytes || header.reserved0 != 0 || header.reserved1 != 0 ||
+      (header.length > 0) != (header.rkey_bytes > 0))
+    fail(Errc::protocol, "ucx: " + who + " has inconsistent lengths (" +
+                             std::to_string(key.size()) + " bytes, rkey " +
+                             std::to_string(header.rkey_bytes) + " bytes)");
+  if (header.checksum != key_checksum(header, rkey))
+    fail(Errc::protocol, "ucx: " + who + " is corrupted (checksum mismatch)");
+  if (header.address + header.length < header.address)
+    fail(Errc::protocol, "ucx: " + who + " describes a region that wraps the address space");
+  return KeyView{header.address, header.length, header.origin, rkey};
+}
 
 UcxLocalRegion::UcxLocalRegion(std::shared_ptr<UcxCore> core, ucp_mem_h memh,
                                std::span<std::byte> bytes)
@@ -95,7 +118,13 @@ UcxLocalRegion::~UcxLocalRegion() {
 
 UcxRemoteRegion::UcxRemoteRegion(std::shared_ptr<UcxCore> core, int peer, uint64_t address,
                                  size_t bytes, ucp_rkey_h rkey)
-    : core_(std::move(core)), peer_(peer), address_(address), bytes_(bytes), rkey_(rkey) {}
+    : core_(std::move(core)), peer_(peer), address_(address), bytes_(bytes), rkey_(rkey) {
+  // Shared memory: UCX maps the peer's segment here, so the mailbox can store into it.
+  std::unique_lock lock(core_->mutex);
+  void* local = nullptr;
+  if (rkey_ && core_->mailbox.is_open() && ucp_rkey_ptr(rkey_, address_, &local) == UCS_OK)
+    mapped_ = static_cast<std::byte*>(local);
+}
 
 UcxRemoteRegion::~UcxRemoteRegion() {
   if (!rkey_) return;
@@ -150,26 +179,7 @@ std::unique_ptr<RemoteRegion> UcxTransport::import_region(int peer_rank,
                                                           std::span<const std::byte> key) {
   check_connected("import_region");
   const std::string who = "remote key from rank " + std::to_string(peer_rank);
-  KeyHeader header{};
-  if (key.size() < sizeof header)
-    fail(Errc::protocol, "ucx: " + who + " is " + std::to_string(key.size()) +
-                             " bytes, shorter than its " + std::to_string(sizeof header) +
-                             "-byte header");
-  std::memcpy(&header, key.data(), sizeof header);
-  if (header.magic != kKeyMagic || header.version != kKeyVersion)
-    fail(Errc::protocol, "ucx: " + who + " is not a UCX provider key (magic/version mismatch; "
-                         "do all ranks use the same PCOLL_PROVIDER and pcoll version?)");
-  const auto rkey = key.subspan(sizeof header);
-  if (rkey.size() != header.rkey_bytes || header.reserved0 != 0 || header.reserved1 != 0 ||
-      (header.length > 0) != (header.rkey_bytes > 0))
-    fail(Errc::protocol, "ucx: " + who + " has inconsistent lengths (" +
-                             std::to_string(key.size()) + " bytes, rkey " +
-                             std::to_string(header.rkey_bytes) + " bytes)");
-  if (header.checksum != key_checksum(header, rkey))
-    fail(Errc::protocol, "ucx: " + who + " is corrupted (checksum mismatch)");
-  if (header.address + header.length < header.address)
-    fail(Errc::protocol, "ucx: " + who + " describes a region that wraps the address space");
-
+  const KeyView header = decode_key(key, who);
   std::unique_lock lock(core_->mutex);
   Peer& p = core_->peer(peer_rank);
   if (header.origin != p.address_fingerprint)
@@ -177,8 +187,8 @@ std::unique_ptr<RemoteRegion> UcxTransport::import_region(int peer_rank,
                          "import rank r's key as peer r)");
   core_->check_peer(p);
   ucp_rkey_h rkey_handle = nullptr;
-  if (header.rkey_bytes) {
-    const ucs_status_t status = ucp_ep_rkey_unpack(p.ep, rkey.data(), &rkey_handle);
+  if (!header.rkey.empty()) {
+    const ucs_status_t status = ucp_ep_rkey_unpack(p.ep, header.rkey.data(), &rkey_handle);
     if (status != UCS_OK) fail_status(Errc::protocol, "unpacking the " + who, status);
   }
   lock.unlock();

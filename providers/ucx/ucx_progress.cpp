@@ -51,7 +51,7 @@ void UcxCore::kick_sleeper() {
 
 unsigned UcxCore::progress_locked() {
   const uint64_t activity_before = activity_seq_;
-  const unsigned events = ucp_worker_progress(worker.get());
+  const unsigned events = ucp_worker_progress(worker.get()) + static_cast<unsigned>(mailbox.drain());
   if (events > 0) ++activity_seq_;
   if (activity_seq_ != activity_before) {
     // Wake the sleeper only if what it waits for may now hold: a notification waiter does not
@@ -94,6 +94,15 @@ bool UcxCore::block_until(std::unique_lock<std::mutex>& lock, const std::functio
     const ucs_status_t status = ucp_worker_arm(worker.get());
     if (status == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
     if (status != UCS_OK) fail_status(Errc::transport, "ucp_worker_arm", status);
+    // Mailbox values arrive without touching the fd: raise the sleep flag (senders that see
+    // it send a wake-up message), then look at the rings once more.
+    mailbox.set_asleep(true);
+    if (mailbox.drain() > 0) {
+      mailbox.set_asleep(false);
+      ++activity_seq_;
+      if (cv_waiters_ > 0) waiters_cv_.notify_all();
+      continue;
+    }
     sleeper_active_ = true;
     sleeper_kind_ = kind;
     lock.unlock();
@@ -109,6 +118,7 @@ bool UcxCore::block_until(std::unique_lock<std::mutex>& lock, const std::functio
       [[maybe_unused]] const ssize_t n = ::read(kick_fd.get(), &drained, sizeof drained);
     }
     lock.lock();
+    mailbox.set_asleep(false);
     sleeper_active_ = false;
     if (cv_waiters_ > 0) waiters_cv_.notify_all();  // one of them may take over sleeping
   }

@@ -13,6 +13,9 @@
 // complete in place), and no rendezvous protocol whose completion depends on the target.
 // The target must progress to see notifications, which pcoll's progress engine does anyway.
 // Plain write() stays a true one-sided put (shm: no target involvement).
+// On shared memory both go through the peer's mailbox instead where they can (a copy into
+// its mapped region and a store into its ring: ucx_mailbox.cpp); the paths above remain the
+// fallback.
 //
 // flush() flushes an endpoint only if puts went to it since the last flush that covered them:
 // on tcp a UCT endpoint flush is a request/ack round trip the peer must progress, even when
@@ -38,6 +41,8 @@ void check_range(const char* operation, const char* side, int peer, size_t offse
                    "-byte region");
 }
 
+}  // namespace
+
 ucp_request_param_t send_param(SendOp* op) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -46,7 +51,16 @@ ucp_request_param_t send_param(SendOp* op) {
   return param;
 }
 
-}  // namespace
+bool UcxTransport::send_by_mailbox(std::unique_lock<std::mutex>& lock, Peer& p, std::byte* target,
+                                   const void* bytes, size_t count, uint64_t value) {
+  if (!core_->mailbox.send(p.rank, target, bytes, count, value)) return false;
+  if (core_->mailbox.receiver_asleep()) {
+    SendOp* op = core_->acquire_send_op(p.rank);
+    const ucp_request_param_t param = send_param(op);
+    post_send(lock, p, op, ucp_am_send_nbx(p.ep, am_kick, nullptr, 0, nullptr, 0, &param), "wake-up");
+  }
+  return true;
+}
 
 void on_send_complete(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<SendOp*>(user_data);
@@ -161,6 +175,12 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
   Peer& p = core_->peer(d.peer());
   core_->check_peer(p);
   const void* source = s.bytes().data() + src_offset;
+  // Shared memory: copy straight into the peer's region, then the value into its mailbox.
+  // Earlier plain writes to the peer may still be in flight: only with none pending may
+  // this copy overtake nothing it must not.
+  if (d.mapped() != nullptr && p.puts_posted == p.puts_flushed &&
+      send_by_mailbox(lock, p, d.mapped() + dst_offset, source, bytes, value))
+    return;
   if (bytes > kEagerNotifyBytes) {
     SendOp* put_op = core_->acquire_send_op(p.rank);
     const ucp_request_param_t put_param = send_param(put_op);
@@ -210,6 +230,7 @@ void UcxTransport::notify(int peer_rank, uint64_t value) {
   std::unique_lock lock(core_->mutex);
   Peer& p = core_->peer(peer_rank);
   core_->check_peer(p);
+  if (send_by_mailbox(lock, p, nullptr, nullptr, 0, value)) return;
   SendOp* op = core_->acquire_send_op(p.rank);
   op->header[0] = value;  // the header must live until UCP completes the send
   const ucp_request_param_t param = send_param(op);

@@ -23,7 +23,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/error.hpp"
@@ -75,7 +77,20 @@ Errc errc_for_peer_status(ucs_status_t status);
 enum AmId : unsigned {
   am_notify = 0x31,        // header: uint64 value; no data
   am_write_notify = 0x32,  // header: uint64 target address, uint64 value; data: the bytes
+  am_mailbox = 0x33,       // header: uint64 sender rank; data: the sender's mailbox key blob
+  am_kick = 0x34,          // no header, no data: wakes a receiver asleep on its mailbox
 };
+
+// A region key blob (ucx_mr.cpp), validated: lengths, checksum, no wrap-around.
+struct KeyView {
+  uint64_t address = 0;
+  uint64_t length = 0;
+  uint64_t origin = 0;  // fingerprint of the owner's worker address
+  std::span<const std::byte> rkey;
+};
+KeyView decode_key(std::span<const std::byte> key, const std::string& who);
+Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t length,
+               uint64_t origin);
 
 // Bytes a write()/write_notify() copies before posting, so the caller's buffer is free at
 // once (Capabilities::inject_bytes).
@@ -127,6 +142,73 @@ struct Peer {
   // need one (their bytes are placed together with the value).
   uint64_t puts_posted = 0;
   uint64_t puts_flushed = 0;
+};
+
+// Shared-memory notification rings (ucx_mailbox.cpp), used where every peer's memory is
+// mapped into this process (ucx:shm): notify() and write_notify() become plain stores.
+//
+// Each rank maps one mailbox region: a sleep flag, then one ring of kSlots slots per
+// sender, then one credit word per receiver. A sender copies the data straight into the
+// target region (ucp_rkey_ptr), writes the value into its next slot of the target's ring,
+// and publishes the slot with a release store of its sequence number; the receiver polls
+// the sequence words, so a value is never seen before its bytes. The receiver reports what
+// it consumed into the sender's credit word; a full ring, a peer whose mailbox key has not
+// arrived yet, or memory that is not mapped all fall back to active messages. A receiver
+// about to sleep on the worker fd raises its sleep flag and looks at the rings once more;
+// a sender that sees the flag after publishing sends an am_kick (a Dekker handshake with
+// sequentially consistent fences on both sides), so no notification is slept through.
+class Mailbox {
+ public:
+  static constexpr uint64_t kSlots = 64;
+
+  explicit Mailbox(UcxCore& core) : core_(core) {}
+  ~Mailbox() { close(); }
+  Mailbox(const Mailbox&) = delete;
+  Mailbox& operator=(const Mailbox&) = delete;
+
+  // All below: core mutex held.
+  // Maps this rank's mailbox for a job of `ranks`; its key goes to every peer (am_mailbox).
+  void open(int my_rank, int ranks);
+  bool is_open() const { return base_ != nullptr; }
+  const Bytes& key() const { return key_; }
+  // A peer's key arrived. Malformed keys are logged and ignored (that peer keeps using
+  // active messages).
+  void attach(int peer, std::span<const std::byte> key);
+  // notify / write_notify through the peer's ring; false: use an active message instead.
+  // `target` is where the bytes go in this process's mapping of the peer's memory.
+  bool send(int peer, std::byte* target, const void* bytes, size_t count, uint64_t value);
+  // Whether the last successful send() found its receiver asleep (it needs an am_kick).
+  bool receiver_asleep() const { return receiver_asleep_; }
+  // Moves arrived values to the core's notification queue; returns how many.
+  size_t drain();
+  void set_asleep(bool asleep);
+  // Unmaps the region and drops the peers' keys (before the endpoints close).
+  void close();
+
+ private:
+  struct PeerBox {
+    ucp_rkey_h rkey = nullptr;
+    std::byte* ring = nullptr;         // my ring inside the peer's mailbox
+    uint64_t* asleep = nullptr;        // the peer's sleep flag
+    uint64_t* credit_for_it = nullptr; // the peer's credit word about my consumption
+    uint64_t sent = 0;                 // values I put into its ring
+    uint64_t received = 0;             // values I took from its ring in mine
+    uint64_t reported = 0;             // `received` as last written to credit_for_it
+  };
+  std::byte* ring_of(int sender) const;
+  uint64_t* credit_of(int receiver) const;
+  void report(PeerBox& box);
+
+  UcxCore& core_;
+  ucp_mem_h memh_ = nullptr;
+  std::byte* base_ = nullptr;
+  size_t bytes_ = 0;
+  int my_rank_ = -1;
+  int ranks_ = 0;
+  Bytes key_;
+  std::vector<PeerBox> peers_;
+  std::vector<std::pair<int, Bytes>> early_keys_;  // keys that came before open()
+  bool receiver_asleep_ = false;
 };
 
 // What a blocked thread is waiting for; decides whether progress made by another thread
@@ -181,6 +263,8 @@ class UcxCore {
 
   // Keeps a timed-out op alive until UCP completes it or the worker is gone.
   void abandon(std::unique_ptr<BlockingOp> op);
+
+  Mailbox mailbox{*this};
 
   // --- UCP objects. ~UcxCore closes the endpoints, then destroys the worker and the context
   // explicitly, before any member that UCP callbacks touch (peers, send-op pool, queues).
@@ -242,6 +326,8 @@ class UcxRemoteRegion final : public RemoteRegion {
   uint64_t address() const { return address_; }
   ucp_rkey_h rkey() const { return rkey_; }
   const UcxCore* core() const { return core_.get(); }
+  // The region in this process's address space where UCX maps it (shared memory), or null.
+  std::byte* mapped() const { return mapped_; }
 
  private:
   std::shared_ptr<UcxCore> core_;
@@ -249,6 +335,7 @@ class UcxRemoteRegion final : public RemoteRegion {
   uint64_t address_;
   size_t bytes_;
   ucp_rkey_h rkey_;  // null for an empty region
+  std::byte* mapped_ = nullptr;
 };
 
 class UcxTransport final : public Transport {
@@ -299,9 +386,16 @@ class UcxTransport final : public Transport {
              std::unique_ptr<BlockingOp>& owner, int peer, const std::string& what);
   void post_send(std::unique_lock<std::mutex>& lock, Peer& peer, SendOp* op,
                  ucs_status_ptr_t request, const char* what);
+  // A notification (with `count` bytes copied to `target` first) through the peer's
+  // mailbox, kicking it awake if it sleeps; false: the caller sends an active message.
+  bool send_by_mailbox(std::unique_lock<std::mutex>& lock, Peer& peer, std::byte* target,
+                       const void* bytes, size_t count, uint64_t value);
 
   std::shared_ptr<UcxCore> core_;
 };
+
+// Request parameters of a fire-and-forget send completed by on_send_complete.
+ucp_request_param_t send_param(SendOp* op);
 
 // UCP callbacks (ucx_progress.cpp / ucx_rma.cpp).
 void on_send_complete(void* request, ucs_status_t status, void* user_data);

@@ -26,6 +26,31 @@ ucs_status_t on_notify(void* arg, const void* header, size_t header_bytes, void*
   return UCS_OK;
 }
 
+// A peer's mailbox key (ucx_mailbox.cpp). Rendezvous is refused: keys are small.
+ucs_status_t on_mailbox(void* arg, const void* header, size_t header_bytes, void* data,
+                        size_t data_bytes, const ucp_am_recv_param_t* param) {
+  auto* core = static_cast<UcxCore*>(arg);
+  if (header_bytes != sizeof(uint64_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    log::error("ucx: dropped a malformed mailbox announcement (" + std::to_string(header_bytes) +
+               " header bytes)");
+    return UCS_OK;
+  }
+  uint64_t rank = 0;
+  std::memcpy(&rank, header, sizeof rank);
+  if (rank >= core->peers.size() && core->my_rank >= 0) {
+    log::error("ucx: dropped a mailbox announcement from rank " + std::to_string(rank) +
+               " of a job of " + std::to_string(core->peers.size()));
+    return UCS_OK;
+  }
+  core->mailbox.attach(static_cast<int>(rank), std::span(static_cast<const std::byte*>(data), data_bytes));
+  return UCS_OK;
+}
+
+// Wakes a receiver that slept on its mailbox; the values are in the rings already.
+ucs_status_t on_kick(void*, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+  return UCS_OK;
+}
+
 void on_rendezvous_received(void* request, ucs_status_t status, size_t, void* user_data) {
   std::unique_ptr<RecvOp> op(static_cast<RecvOp*>(user_data));
   if (status == UCS_OK)
@@ -122,6 +147,8 @@ void UcxCore::create_worker() {
 
   set_handler(worker.get(), am_notify, on_notify, this);
   set_handler(worker.get(), am_write_notify, on_write_notify, this);
+  set_handler(worker.get(), am_mailbox, on_mailbox, this);
+  set_handler(worker.get(), am_kick, on_kick, this);
 }
 
 }  // namespace pcoll::transport::ucx
