@@ -63,7 +63,11 @@ double parse_double(const char* tool, const char* usage, const std::string& text
 }
 
 void check(int status, const char* what) {
-  if (status != PCOLL_SUCCESS) throw Error(static_cast<Errc>(status), std::string(what) + ": " + pcoll_last_error());
+  if (status == PCOLL_SUCCESS) return;
+  // The library's message already starts with the function's name; say it once.
+  const std::string message = pcoll_last_error();
+  throw Error(static_cast<Errc>(status),
+              message.rfind(what, 0) == 0 ? message : std::string(what) + ": " + message);
 }
 
 Job::Job([[maybe_unused]] int* argc, [[maybe_unused]] char*** argv) {
