@@ -2,10 +2,15 @@
 //
 // Region layout, in bytes from the base (every part 64-byte aligned):
 //   [0, 64)                     sleep flag (uint64): non-zero while a thread sleeps on the fd
-//   ring of sender s            kRingBase + s * kRingBytes: kSlots slots of {value, sequence}
+//   ring of sender s            kRingBase + s * kRingBytes: kSlots one-line slots
 //   credit word of receiver r   credit_base + r * 64: values of mine that r has consumed
-// A slot carries sequence number n (1, 2, ...) once the sender's n-th value is in it; the
-// sender may reuse the slot of n when the receiver's credit says n was consumed.
+// A slot is one cache line: value (8 bytes), where (8), inline bytes (40), sequence (8).
+// It carries sequence number n (1, 2, ...) once the sender's n-th value is in it; the
+// sender may reuse the slot of n when the receiver's credit says n was consumed. Up to
+// kInlineBytes of write_notify data travel inside the slot ("where" = target address in the
+// receiver | length << 48) and the receiver copies them into place, so a small message
+// costs the receiver one cache line from the sender instead of two; larger data is copied
+// by the sender into the target region before the slot is published ("where" = 0).
 #include <atomic>
 #include <cstring>
 
@@ -17,7 +22,13 @@ namespace pcoll::transport::ucx {
 namespace {
 
 constexpr size_t kLine = 64;
-constexpr size_t kSlotBytes = 16;
+constexpr size_t kSlotBytes = 64;
+constexpr size_t kWhere = 8;       // offsets inside a slot
+constexpr size_t kInline = 16;
+constexpr size_t kSequence = 56;
+constexpr size_t kInlineBytes = kSequence - kInline;
+constexpr unsigned kLengthShift = 48;
+constexpr uint64_t kAddressMask = (uint64_t{1} << kLengthShift) - 1;
 constexpr size_t kRingBase = kLine;
 constexpr size_t kRingBytes = Mailbox::kSlots * kSlotBytes;
 // The receiver reports consumption after this many values: often enough that a sender
@@ -112,17 +123,25 @@ void Mailbox::attach(int peer, std::span<const std::byte> key) {
   }
 }
 
-bool Mailbox::send(int peer, std::byte* target, const void* bytes, size_t count, uint64_t value) {
+bool Mailbox::send(int peer, std::byte* target, uint64_t target_address, const void* bytes,
+                   size_t count, uint64_t value) {
   if (!is_open() || peer < 0 || peer >= ranks_) return false;
   PeerBox& box = peers_[static_cast<size_t>(peer)];
   if (box.ring == nullptr || (count > 0 && target == nullptr)) return false;
   const uint64_t consumed = word(credit_of(peer)).load(std::memory_order_acquire);
   if (box.sent - consumed >= kSlots) return false;  // ring full: the receiver is behind
-  if (count > 0) std::memcpy(target, bytes, count);
   const uint64_t n = ++box.sent;
   std::byte* slot = box.ring + ((n - 1) % kSlots) * kSlotBytes;
+  uint64_t where = 0;
+  if (count > 0 && count <= kInlineBytes && target_address <= kAddressMask) {
+    std::memcpy(slot + kInline, bytes, count);
+    where = target_address | (static_cast<uint64_t>(count) << kLengthShift);
+  } else if (count > 0) {
+    std::memcpy(target, bytes, count);
+  }
   word(word_at(slot)).store(value, std::memory_order_relaxed);
-  word(word_at(slot + 8)).store(n, std::memory_order_release);  // publishes bytes and value
+  word(word_at(slot + kWhere)).store(where, std::memory_order_relaxed);
+  word(word_at(slot + kSequence)).store(n, std::memory_order_release);  // publishes it all
   std::atomic_thread_fence(std::memory_order_seq_cst);
   receiver_asleep_ = word(box.asleep).load(std::memory_order_relaxed) != 0;
   return true;
@@ -143,9 +162,22 @@ size_t Mailbox::drain() {
     for (;;) {
       const uint64_t n = box.received + 1;
       std::byte* slot = ring + ((n - 1) % kSlots) * kSlotBytes;
-      if (word(word_at(slot + 8)).load(std::memory_order_acquire) != n) break;
-      core_.enqueue_notification(word(word_at(slot)).load(std::memory_order_relaxed));
+      if (word(word_at(slot + kSequence)).load(std::memory_order_acquire) != n) break;
+      const uint64_t value = word(word_at(slot)).load(std::memory_order_relaxed);
+      const uint64_t where = word(word_at(slot + kWhere)).load(std::memory_order_relaxed);
       box.received = n;
+      if (where != 0) {
+        // Inline data: the sender names the destination; check it like an active message's.
+        const uintptr_t address = where & kAddressMask;
+        const size_t count = static_cast<size_t>(where >> kLengthShift);
+        if (count > kInlineBytes || !core_.contains_local_range(address, count)) {
+          log::error("ucx: dropped a mailbox write_notify from rank " + std::to_string(sender) + " of " +
+                     std::to_string(count) + " bytes aimed outside every registered region");
+          continue;
+        }
+        std::memcpy(reinterpret_cast<void*>(address), slot + kInline, count);
+      }
+      core_.enqueue_notification(value);
       ++taken;
     }
     if (box.received - box.reported >= kReportEvery) report(box);

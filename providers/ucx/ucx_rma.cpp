@@ -52,8 +52,9 @@ ucp_request_param_t send_param(SendOp* op) {
 }
 
 bool UcxTransport::send_by_mailbox(std::unique_lock<std::mutex>& lock, Peer& p, std::byte* target,
-                                   const void* bytes, size_t count, uint64_t value) {
-  if (!core_->mailbox.send(p.rank, target, bytes, count, value)) return false;
+                                   uint64_t target_address, const void* bytes, size_t count,
+                                   uint64_t value) {
+  if (!core_->mailbox.send(p.rank, target, target_address, bytes, count, value)) return false;
   if (core_->mailbox.receiver_asleep()) {
     SendOp* op = core_->acquire_send_op(p.rank);
     const ucp_request_param_t param = send_param(op);
@@ -179,7 +180,7 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
   // Earlier plain writes to the peer may still be in flight: only with none pending may
   // this copy overtake nothing it must not.
   if (d.mapped() != nullptr && p.puts_posted == p.puts_flushed &&
-      send_by_mailbox(lock, p, d.mapped() + dst_offset, source, bytes, value))
+      send_by_mailbox(lock, p, d.mapped() + dst_offset, d.address() + dst_offset, source, bytes, value))
     return;
   if (bytes > kEagerNotifyBytes) {
     SendOp* put_op = core_->acquire_send_op(p.rank);
@@ -230,7 +231,7 @@ void UcxTransport::notify(int peer_rank, uint64_t value) {
   std::unique_lock lock(core_->mutex);
   Peer& p = core_->peer(peer_rank);
   core_->check_peer(p);
-  if (send_by_mailbox(lock, p, nullptr, nullptr, 0, value)) return;
+  if (send_by_mailbox(lock, p, nullptr, 0, nullptr, 0, value)) return;
   SendOp* op = core_->acquire_send_op(p.rank);
   op->header[0] = value;  // the header must live until UCP completes the send
   const ucp_request_param_t param = send_param(op);

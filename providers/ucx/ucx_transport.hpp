@@ -175,8 +175,10 @@ class Mailbox {
   // active messages).
   void attach(int peer, std::span<const std::byte> key);
   // notify / write_notify through the peer's ring; false: use an active message instead.
-  // `target` is where the bytes go in this process's mapping of the peer's memory.
-  bool send(int peer, std::byte* target, const void* bytes, size_t count, uint64_t value);
+  // `target` is where the bytes go in this process's mapping of the peer's memory, and
+  // `target_address` the same place in the peer's address space.
+  bool send(int peer, std::byte* target, uint64_t target_address, const void* bytes,
+            size_t count, uint64_t value);
   // Whether the last successful send() found its receiver asleep (it needs an am_kick).
   bool receiver_asleep() const { return receiver_asleep_; }
   // Moves arrived values to the core's notification queue; returns how many.
@@ -386,10 +388,11 @@ class UcxTransport final : public Transport {
              std::unique_ptr<BlockingOp>& owner, int peer, const std::string& what);
   void post_send(std::unique_lock<std::mutex>& lock, Peer& peer, SendOp* op,
                  ucs_status_ptr_t request, const char* what);
-  // A notification (with `count` bytes copied to `target` first) through the peer's
-  // mailbox, kicking it awake if it sleeps; false: the caller sends an active message.
+  // A notification (with `count` bytes for `target` / `target_address`, see Mailbox::send)
+  // through the peer's mailbox, kicking it awake if it sleeps; false: the caller sends an
+  // active message.
   bool send_by_mailbox(std::unique_lock<std::mutex>& lock, Peer& peer, std::byte* target,
-                       const void* bytes, size_t count, uint64_t value);
+                       uint64_t target_address, const void* bytes, size_t count, uint64_t value);
 
   std::shared_ptr<UcxCore> core_;
 };
