@@ -32,14 +32,24 @@ size_t UcxCore::pop_notifications(std::span<uint64_t> out) {
 
 void UcxCore::add_local_range(uintptr_t address, size_t bytes) { local_ranges_[address] = bytes; }
 
-void UcxCore::remove_local_range(uintptr_t address) { local_ranges_.erase(address); }
+void UcxCore::remove_local_range(uintptr_t address) {
+  local_ranges_.erase(address);
+  last_range_ = {0, 0};
+}
 
 bool UcxCore::contains_local_range(uintptr_t address, size_t bytes) const {
+  // Incoming data nearly always lands in the region the previous message hit.
+  auto inside = [&](uintptr_t first, size_t length) {
+    const size_t offset = address - first;
+    return address >= first && offset <= length && bytes <= length - offset;
+  };
+  if (last_range_.second != 0 && inside(last_range_.first, last_range_.second)) return true;
   auto it = local_ranges_.upper_bound(address);
   if (it == local_ranges_.begin()) return false;
   --it;
-  const size_t offset = address - it->first;
-  return offset <= it->second && bytes <= it->second - offset;
+  if (!inside(it->first, it->second)) return false;
+  last_range_ = *it;
+  return true;
 }
 
 void UcxCore::kick_sleeper() {

@@ -289,6 +289,7 @@ class UcxCore {
   std::vector<SendOp*> free_send_ops_;
   std::deque<uint64_t> notifications_;
   std::map<uintptr_t, size_t> local_ranges_;
+  mutable std::pair<uintptr_t, size_t> last_range_{0, 0};  // last range a lookup matched
 
   // Wait state: at most one thread (the "sleeper") blocks on the worker fd; the others wait on
   // the condition variable and are woken by whoever makes progress.
