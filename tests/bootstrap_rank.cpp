@@ -2,6 +2,8 @@
 // each mode does one thing a test checks from outside, and reports through its exit code.
 //
 //   gather ROUNDS          allgather blobs of several sizes ROUNDS times, verify, barrier
+//   barrier-late MS        three barriers, rank 0 entering each MS ms late: every other rank
+//                          must be held at least MS/2 ms in each (exit 3 if not)
 //   exit-if-rank R CODE    rank R exits with CODE; the others sleep (must be killed)
 //   signal-if-rank R SIG   rank R kills itself with SIG; the others sleep
 //   wait-term              print "ready", wait for SIGTERM, print "got SIGTERM", exit 0
@@ -77,6 +79,28 @@ int gather(int rounds) {
   return 0;
 }
 
+// A barrier must hold every rank until the last one arrives; a launcher whose fence lets
+// ranks through early breaks handle destruction (memory freed while a peer still imports it).
+int barrier_late(int late_ms) {
+  auto boot = pcoll::bootstrap::from_environment();
+  const int me = boot->rank();
+  boot->barrier();  // everyone up
+  for (int round = 0; round < 3; ++round) {
+    if (me == 0) sleep_ms(late_ms);
+    const auto start = std::chrono::steady_clock::now();
+    boot->barrier();
+    const auto held = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (me != 0 && held.count() < late_ms / 2) {
+      std::fprintf(stderr, "rank %d: barrier %d returned after %lld ms although rank 0 came %d ms late (%s)\n",
+                   me, round, static_cast<long long>(held.count()), late_ms, boot->name().c_str());
+      return 3;
+    }
+  }
+  std::printf("rank %d of %d: barriers held (%s)\n", me, boot->size(), boot->name().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
 volatile sig_atomic_t g_got_term = 0;  // set by the SIGTERM handler of wait-term
 
 int wait_term() {
@@ -119,6 +143,7 @@ int main(int argc, char** argv) {
   try {
     const std::string& mode = args[0];
     if (mode == "gather" && args.size() == 2) return gather(std::atoi(args[1].c_str()));
+    if (mode == "barrier-late" && args.size() == 2) return barrier_late(std::atoi(args[1].c_str()));
     if (mode == "exit-if-rank" && args.size() == 3) {
       if (env_rank() == std::atoi(args[1].c_str())) {
         sleep_ms(100);

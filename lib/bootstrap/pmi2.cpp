@@ -137,7 +137,11 @@ class Pmi2Bootstrap final : public Bootstrap {
     return all;
   }
 
-  void barrier() override { fence(); }
+  // A fence alone is not a barrier everywhere: under MPICH's hydra a KVS_Fence with nothing
+  // put let ranks through while another was still two collective calls behind (seen as a
+  // handle's memory freed before a slower rank had imported its key). A fence after a put,
+  // and the get of every rank's key, synchronise: the barrier is an empty allgather.
+  void barrier() override { allgather({}); }
 
  private:
   static constexpr size_t kMaxBlobBytes = size_t{64} << 20;

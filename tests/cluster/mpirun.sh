@@ -35,6 +35,7 @@ timeout 60 "${launch[@]}" "$PCOLL_TEST_INFO" --json -p ofi:shm >"$out" || die "$
 check_bootstrap "$expected" "$out"
 echo "=== ${launch[*]} bootstrap_rank gather 3"
 timeout 60 "${launch[@]}" "$PCOLL_TEST_RANK_PROGRAM" gather 3 || die "${launch[0]} bootstrap_rank gather failed"
+timeout 60 "${launch[@]}" "$PCOLL_TEST_RANK_PROGRAM" barrier-late 300 || die "${launch[0]}: a barrier let ranks through early"
 echo "=== ${launch[*]} collective_check"
 timeout 120 "${launch[@]}" "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ||
   die "${launch[0]} -n 4 collective_check failed"

@@ -149,6 +149,8 @@ for plugin in "$@"; do
   # Repeated allgathers of blobs up to 1 MiB (PMI2 values are split), verified on every rank.
   run_srun timeout 60 srun -n 4 --mpi="$plugin" --kill-on-bad-exit=1 -t 2 "$PCOLL_TEST_RANK_PROGRAM" gather 3 ||
     die "srun --mpi=$plugin bootstrap_rank gather failed"
+  run_srun timeout 60 srun -n 4 --mpi="$plugin" --kill-on-bad-exit=1 -t 2 "$PCOLL_TEST_RANK_PROGRAM" barrier-late 300 ||
+    die "srun --mpi=$plugin: a barrier let ranks through early"
   run_srun timeout 120 srun -n 4 --mpi="$plugin" --kill-on-bad-exit=1 -t 3 \
     "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ||
     die "srun -n 4 --mpi=$plugin collective_check failed"
