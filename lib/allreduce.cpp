@@ -95,8 +95,10 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config)
   // A step of more than kMaxChunks chunks would overflow the notification's chunk field.
   chunk_elems_ = std::max(chunk_elems_, (total_elems_ + kMaxChunks - 1) / kMaxChunks);
 
+  // The threshold is about the caller's vector: a 64 KiB gradient stays on recursive
+  // doubling at the default, whatever the 2P flag elements add.
   const ReduceAlgorithm algorithm =
-      choose_algorithm(size_, acc_bytes(total_elems_), config.rd_max_bytes + 1);
+      choose_algorithm(size_, acc_bytes(config.count), config.rd_max_bytes + 1);
   plan_ = make_round_plan(algorithm, size_, rank_, total_elems_);
   if (plan_.tags > kMaxSlots) fail(Errc::unsupported, "too many ranks for one reduction plan");
   // A last step that receives and reduces the whole vector (recursive doubling without a
