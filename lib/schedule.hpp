@@ -106,8 +106,10 @@ ReducePlan rabenseifner(int ranks, int rank, std::size_t count);
 ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count);
 
 // Recursive doubling below rabenseifner_min_bytes of accumulation data, else Rabenseifner
-// (which only pays off once its 2*log2(p2) latencies are hidden by bandwidth).
-inline constexpr std::size_t kRabenseifnerMinBytes = 64 * 1024;
+// (which only pays off once its 2*log2(p2) latencies are hidden by bandwidth). The default
+// (PCOLL_RD_MAX_BYTES, the largest vector kept on recursive doubling) is 32 KiB: at P=4 on
+// ucx:shm Rabenseifner's smaller copies and reductions win from 64 KiB (docs/performance.md).
+inline constexpr std::size_t kRabenseifnerMinBytes = 32 * 1024;
 ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes,
                                  std::size_t rabenseifner_min_bytes = kRabenseifnerMinBytes);
 
