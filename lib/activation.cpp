@@ -1,6 +1,8 @@
 // Binomial activation trees and the majority initiator hash.
 #include "activation.hpp"
 
+#include "support/hash.hpp"
+
 namespace pcoll::activation {
 
 std::vector<int> tree_children(int rank, int root, int size) {
@@ -21,18 +23,8 @@ int tree_parent(int rank, int root, int size) {
   return (v - high + root) % size;
 }
 
-namespace {
-// splitmix64 finaliser: a well-mixed, portable 64-bit hash step.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 int majority_initiator(uint64_t seed, uint32_t handle, uint64_t round, int size) {
-  const uint64_t h = mix(mix(mix(seed) ^ handle) ^ round);
+  const uint64_t h = hash3(seed, handle, round);
   return static_cast<int>(h % static_cast<uint64_t>(size));
 }
 

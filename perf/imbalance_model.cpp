@@ -9,19 +9,13 @@
 #include <sstream>
 
 #include "support/error.hpp"
+#include "support/hash.hpp"
 
 namespace pcoll::perf {
 namespace {
 
-// splitmix64: a counter-based generator, so (seed, step, rank) -> number needs no state.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-uint64_t draw(uint64_t seed, uint64_t step, uint64_t stream) { return mix(mix(mix(seed) ^ step) ^ stream); }
+// Counter-based, so (seed, step, rank) -> number needs no state.
+uint64_t draw(uint64_t seed, uint64_t step, uint64_t stream) { return hash3(seed, step, stream); }
 
 double uniform01(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53; }
 
