@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.hpp"
+#include "perf_job.hpp"
 #include "support/env.hpp"
 #include "support/error.hpp"
 #include "progress_driver.hpp"
@@ -36,7 +37,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace tp = pcoll::transport;
 
-constexpr int kUsageExit = 2;
+constexpr const char* kTool = "pcoll_pingpong";
 constexpr size_t kMaxSizeBytes = size_t{1} << 30;
 constexpr size_t kAllMaxBytes = size_t{16} << 20;
 
@@ -53,10 +54,7 @@ const char kUsage[] =
     "  --json       one JSON object per size instead of the table\n"
     "  -h, --help   this help\n";
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "pcoll_pingpong: %s\n%s", message.c_str(), kUsage);
-  std::exit(kUsageExit);
-}
+[[noreturn]] void usage_error(const std::string& message) { pcoll::perf::usage_error(kTool, message, kUsage); }
 
 enum class Op { write_notify, write, fetch_add, compare_swap };
 
@@ -85,30 +83,8 @@ struct Options {
   std::string selector;  // "" = PCOLL_PROVIDER / default
 };
 
-size_t parse_size(const std::string& text) {
-  std::string digits = text;
-  size_t scale = 1;
-  if (!digits.empty()) {
-    const char last = digits.back();
-    if (last == 'k' || last == 'K') scale = size_t{1} << 10;
-    if (last == 'm' || last == 'M') scale = size_t{1} << 20;
-    if (last == 'g' || last == 'G') scale = size_t{1} << 30;
-    if (scale != 1) digits.pop_back();
-  }
-  try {
-    const uint64_t n = pcoll::env::parse_u64(digits, "-S", 1, kMaxSizeBytes / scale);
-    return static_cast<size_t>(n) * scale;
-  } catch (const pcoll::Error&) {
-    usage_error("-S '" + text + "' is not a size from 1 to 1G (K/M/G suffixes) or 'all'");
-  }
-}
-
 uint64_t parse_count(const std::string& text, const char* flag, uint64_t min) {
-  try {
-    return pcoll::env::parse_u64(text, flag, min, uint64_t{1} << 32);
-  } catch (const pcoll::Error& e) {
-    usage_error(e.what());
-  }
+  return pcoll::perf::parse_uint(kTool, kUsage, text, flag, min, uint64_t{1} << 32);
 }
 
 Options parse_options(int argc, char** argv) {
@@ -138,7 +114,7 @@ Options parse_options(int argc, char** argv) {
         o.all_sizes = true;
         for (size_t s = 1; s <= kAllMaxBytes; s *= 2) o.sizes.push_back(s);
       } else {
-        o.sizes.push_back(parse_size(v));
+        o.sizes.push_back(pcoll::perf::parse_bytes(kTool, kUsage, v, "-S", 1, kMaxSizeBytes));
       }
     } else if (arg == "-I") {
       o.iters = parse_count(value(), "-I", 1);
@@ -478,7 +454,7 @@ int main(int argc, char** argv) {
     if (boot->size() != 2) {
       std::fprintf(stderr, "pcoll_pingpong: needs exactly 2 ranks (got %d); run it as `pcollrun -n 2 pcoll_pingpong`\n",
                    boot->size());
-      return kUsageExit;
+      return pcoll::perf::kUsageExit;
     }
     PingPong pingpong(options, *boot);
     const bool reporter = boot->rank() == 0;

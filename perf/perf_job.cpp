@@ -1,7 +1,7 @@
-// Job start-up, cross-rank reductions and argument parsing shared by the perf tools.
+// Job start-up and cross-rank reductions shared by the perf tools (argument parsing:
+// perf_args.cpp).
 #include "perf_job.hpp"
 
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -15,52 +15,6 @@
 #endif
 
 namespace pcoll::perf {
-
-void usage_error(const char* tool, const std::string& message, const char* usage) {
-  std::fprintf(stderr, "%s: %s\n%s", tool, message.c_str(), usage);
-  std::exit(kUsageExit);
-}
-
-uint64_t parse_bytes(const char* tool, const char* usage, const std::string& text, const char* flag,
-                     uint64_t min, uint64_t max) {
-  std::string digits = text;
-  uint64_t scale = 1;
-  if (!digits.empty()) {
-    const char last = digits.back();
-    if (last == 'k' || last == 'K') scale = uint64_t{1} << 10;
-    if (last == 'm' || last == 'M') scale = uint64_t{1} << 20;
-    if (last == 'g' || last == 'G') scale = uint64_t{1} << 30;
-    if (scale != 1) digits.pop_back();
-  }
-  try {
-    const uint64_t n = env::parse_u64(digits, flag, 0, max / scale) * scale;
-    if (n >= min) return n;
-  } catch (const Error&) {
-  }
-  usage_error(tool,
-              std::string(flag) + " '" + text + "' is not a byte count from " + std::to_string(min) + " to " +
-                  std::to_string(max) + " (K/M/G suffixes allowed)",
-              usage);
-}
-
-uint64_t parse_uint(const char* tool, const char* usage, const std::string& text, const char* flag,
-                    uint64_t min, uint64_t max) {
-  try {
-    return env::parse_u64(text, flag, min, max);
-  } catch (const Error& e) {
-    usage_error(tool, e.what(), usage);
-  }
-}
-
-double parse_double(const char* tool, const char* usage, const std::string& text, const char* flag,
-                    double min, double max) {
-  char* end = nullptr;
-  const double value = text.empty() ? NAN : std::strtod(text.c_str(), &end);
-  if (std::isfinite(value) && end != nullptr && *end == '\0' && value >= min && value <= max) return value;
-  char range[64];
-  std::snprintf(range, sizeof range, "from %g to %g", min, max);
-  usage_error(tool, std::string(flag) + " '" + text + "' is not a number " + range, usage);
-}
 
 void check(int status, const char* what) {
   if (status == PCOLL_SUCCESS) return;
