@@ -61,6 +61,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot) : boot_(std::move(boot)) 
   std::memcpy(blob.data() + sizeof address_bytes + address.size(), host.data(), host.size());
   const auto blobs = boot_->allgather(blob);
   std::vector<transport::Bytes> addresses(size_);
+  int local_ranks = 0;  // ranks on this host, this one included
   for (int r = 0; r < size_; ++r) {
     const auto& b = blobs[r];
     uint32_t n = 0;
@@ -70,7 +71,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot) : boot_(std::move(boot)) 
                                std::to_string(b.size()) + " bytes) during communicator setup");
     addresses[r].assign(b.begin() + sizeof n, b.begin() + sizeof n + n);
     const std::string their_host(reinterpret_cast<const char*>(b.data()) + sizeof n + n, b.size() - sizeof n - n);
-    if (their_host == host) ++local_ranks_;
+    if (their_host == host) ++local_ranks;
   }
   transport_->connect(rank_, addresses);
   // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
@@ -78,9 +79,9 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot) : boot_(std::move(boot)) 
   // spins through the time slice that the rank it waits for needs.
   const std::string yield = env::get_choice("PCOLL_YIELD", "auto", {"auto", "always", "never"});
   const int cpus = topology::node_cpus();
-  yield_ = yield == "always" || (yield == "auto" && local_ranks_ > cpus);
+  yield_ = yield == "always" || (yield == "auto" && local_ranks > cpus);
   log::debug("waiters " + std::string(yield_ ? "yield" : "do not yield") + ": " +
-             std::to_string(local_ranks_) + " ranks on this node, " + std::to_string(cpus) +
+             std::to_string(local_ranks) + " ranks on this node, " + std::to_string(cpus) +
              " CPUs (PCOLL_YIELD=" + yield + ")");
 
   const auto now = Clock::now();

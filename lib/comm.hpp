@@ -94,7 +94,6 @@ class Comm {
   std::vector<std::optional<Clock::time_point>> ping_sent_;
   std::vector<Clock::time_point> last_pong_;
   std::chrono::microseconds spin_{50};
-  int local_ranks_ = 0;   // ranks on this host, this one included
   bool yield_ = false;
 
   std::mutex engine_mutex_;
