@@ -8,8 +8,8 @@
 #include <map>
 #include <sstream>
 
-#include "support/error.hpp"
-#include "support/hash.hpp"
+#include "error.hpp"
+#include "hash.hpp"
 
 namespace pcoll::perf {
 namespace {

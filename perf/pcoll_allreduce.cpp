@@ -17,11 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "dtype.hpp"
 #include "dtype_values.hpp"
+#include "error.hpp"
 #include "pcoll/pcoll.h"
 #include "perf_job.hpp"
-#include "support/error.hpp"
 
 #if PCOLL_PERF_MPI
 #include <mpi.h>
@@ -53,8 +52,8 @@ const char kUsage[] =
 using perf::Mode;
 using perf::mode_name;
 
-using pcoll::dtype_name;
-using pcoll::op_name;
+using pcoll::perf::dtype_name;
+using pcoll::perf::op_name;
 
 struct Options {
   std::vector<Mode> modes{Mode::sync};
@@ -143,7 +142,7 @@ bool bit(const std::vector<uint64_t>& mask, int rank) {
   return (mask[static_cast<size_t>(rank) / 64] >> (rank % 64)) & 1u;
 }
 
-// Checks round `round`'s result. Contribution of rank r (see SPEC, max_lag 1): its round-t
+// Checks round `round`'s result. Contribution of rank r (docs/design.md "Semantics", max_lag 1): its round-t
 // input if it was fresh in t, combined with its round t-1 input if it was late in t-1
 // (carried). `fresh` / `previous_fresh` are the rounds' fresh masks (all ones for sync and
 // MPI). Returns the number of wrong elements.

@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
+#include "error.hpp"
 #include "imbalance_model.hpp"
 #include "pcoll/pcoll.h"
 #include "perf_job.hpp"
-#include "support/error.hpp"
 
 #if PCOLL_PERF_MPI
 #include <mpi.h>

@@ -25,11 +25,12 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/bootstrap.hpp"
+#include "bootstrap.hpp"
+#include "env.hpp"
+#include "error.hpp"
 #include "perf_job.hpp"
-#include "support/env.hpp"
-#include "support/error.hpp"
 #include "progress_driver.hpp"
+#include "registry.hpp"
 #include "transport.hpp"
 
 namespace {
@@ -188,7 +189,7 @@ class PingPong {
     tp::Options topts;
     topts.timeout = std::chrono::milliseconds(pcoll::env::default_timeout_ms());
     timeout_ = topts.timeout;
-    transport_ = tp::create(o.selector, topts);
+    transport_ = pcoll::providers::create(o.selector, topts);
     const auto addresses = boot.allgather(transport_->address());
     transport_->connect(boot.rank(), addresses);
     peer_ = 1 - boot.rank();

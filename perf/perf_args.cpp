@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "env.hpp"
+#include "error.hpp"
 #include "perf_job.hpp"
-#include "support/env.hpp"
-#include "support/error.hpp"
 
 namespace pcoll::perf {
 

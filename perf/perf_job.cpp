@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "support/env.hpp"
-#include "support/error.hpp"
+#include "env.hpp"
+#include "error.hpp"
 
 #if PCOLL_PERF_MPI
 #include "pcoll/mpi.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pcoll builds, tests and benchmarks with, where missing.
 set -euo pipefail
-packages=(build-essential pkg-config meson ninja-build libfabric-dev libfabric-bin
+packages=(build-essential pkg-config meson ninja-build cmake libfabric-dev libfabric-bin
           libhwloc-dev libucx-dev ucx-utils doctest-dev libopenmpi-dev openmpi-bin
           python3 python3-matplotlib iproute2 procps
           # cluster integration (tests/cluster): launchers, PMI libraries, namespaces

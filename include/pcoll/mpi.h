@@ -8,6 +8,12 @@
 
 #include "pcoll/pcoll.h"
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PCOLL_MPI_API __attribute__((visibility("default")))
+#else
+#define PCOLL_MPI_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -16,7 +22,7 @@ extern "C" {
  * `mpi_comm`; pcoll duplicates it, so its rendezvous traffic never matches the caller's
  * messages. The duplicate is freed by pcoll_finalize(), which must come before MPI_Finalize.
  * Same status contract as pcoll_init(). */
-int pcoll_init_mpi(MPI_Comm mpi_comm, pcoll_comm_t **comm);
+PCOLL_MPI_API int pcoll_init_mpi(MPI_Comm mpi_comm, pcoll_comm_t **comm);
 
 #ifdef __cplusplus
 }

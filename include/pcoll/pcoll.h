@@ -14,6 +14,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Symbols of the C API are the only ones libpcoll exports; everything else is hidden. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PCOLL_API __attribute__((visibility("default")))
+#else
+#define PCOLL_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -67,34 +74,34 @@ typedef struct {
                                  next call on the handle */
 } pcoll_round_info_t;
 
-void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t *opts);
+PCOLL_API void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t *opts);
 
-int pcoll_init(pcoll_comm_t **comm); /* bootstrap from the environment */
-int pcoll_comm_rank(const pcoll_comm_t *comm);
-int pcoll_comm_size(const pcoll_comm_t *comm);
-int pcoll_finalize(pcoll_comm_t *comm);
+PCOLL_API int pcoll_init(pcoll_comm_t **comm); /* bootstrap from the environment */
+PCOLL_API int pcoll_comm_rank(const pcoll_comm_t *comm);
+PCOLL_API int pcoll_comm_size(const pcoll_comm_t *comm);
+PCOLL_API int pcoll_finalize(pcoll_comm_t *comm);
 
-int pcoll_allreduce_create(pcoll_comm_t *comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
+PCOLL_API int pcoll_allreduce_create(pcoll_comm_t *comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
                            pcoll_mode_t mode, const pcoll_allreduce_opts_t *opts /* NULL: defaults */,
                            pcoll_allreduce_t **handle);
-int pcoll_allreduce_start(pcoll_allreduce_t *h, const void *sendbuf, void *recvbuf);
-int pcoll_allreduce_test(pcoll_allreduce_t *h, int *done, pcoll_round_info_t *info);
-int pcoll_allreduce_wait(pcoll_allreduce_t *h, pcoll_round_info_t *info);
-int pcoll_allreduce_run(pcoll_allreduce_t *h, const void *sendbuf, void *recvbuf,
+PCOLL_API int pcoll_allreduce_start(pcoll_allreduce_t *h, const void *sendbuf, void *recvbuf);
+PCOLL_API int pcoll_allreduce_test(pcoll_allreduce_t *h, int *done, pcoll_round_info_t *info);
+PCOLL_API int pcoll_allreduce_wait(pcoll_allreduce_t *h, pcoll_round_info_t *info);
+PCOLL_API int pcoll_allreduce_run(pcoll_allreduce_t *h, const void *sendbuf, void *recvbuf,
                         pcoll_round_info_t *info); /* start + wait */
-int pcoll_allreduce_flush(pcoll_allreduce_t *h, void *recvbuf, pcoll_round_info_t *info);
-int pcoll_allreduce_destroy(pcoll_allreduce_t *h);
+PCOLL_API int pcoll_allreduce_flush(pcoll_allreduce_t *h, void *recvbuf, pcoll_round_info_t *info);
+PCOLL_API int pcoll_allreduce_destroy(pcoll_allreduce_t *h);
 
-const char *pcoll_strerror(int status); /* 0 is success; errors are non-zero */
-const char *pcoll_last_error(void);     /* detailed message, per thread */
+PCOLL_API const char *pcoll_strerror(int status); /* 0 is success; errors are non-zero */
+PCOLL_API const char *pcoll_last_error(void);     /* detailed message, per thread */
 
 /* Additions beyond the core set. */
-const char *pcoll_comm_provider(const pcoll_comm_t *comm); /* e.g. "ucx:shm" */
-const char *pcoll_comm_bootstrap(const pcoll_comm_t *comm); /* e.g. "pcollrun", "pmix" */
-int pcoll_barrier(pcoll_comm_t *comm);
+PCOLL_API const char *pcoll_comm_provider(const pcoll_comm_t *comm); /* e.g. "ucx:shm" */
+PCOLL_API const char *pcoll_comm_bootstrap(const pcoll_comm_t *comm); /* e.g. "pcollrun", "pmix" */
+PCOLL_API int pcoll_barrier(pcoll_comm_t *comm);
 /* The rank that may initiate `round` of a PCOLL_MODE_MAJORITY handle: hash(seed, handle,
  * round) mod P, the same on every rank. -1 with pcoll_last_error() set on bad input. */
-int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t *h, uint64_t round);
+PCOLL_API int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t *h, uint64_t round);
 
 #ifdef __cplusplus
 }

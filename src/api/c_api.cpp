@@ -1,0 +1,276 @@
+// The C API of include/pcoll/pcoll.h: argument checks, C++ exceptions turned into status
+// codes plus a per-thread message, and ownership (handles keep their communicator alive).
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "allreduce.hpp"
+#include "bootstrap.hpp"
+#include "comm.hpp"
+#include "env.hpp"
+#include "error.hpp"
+#include "foreign_bootstrap.hpp"
+#include "pcoll/pcoll.h"
+#include "pcoll/private_bootstrap.h"
+#include "registry.hpp"
+#include "schedule.hpp"
+
+struct pcoll_comm {
+  std::shared_ptr<pcoll::Comm> comm;
+};
+
+struct pcoll_allreduce {
+  std::shared_ptr<pcoll::Comm> comm;
+  std::unique_ptr<pcoll::Allreduce> handle;
+  pcoll::RoundInfo info;  // backs pcoll_round_info_t::fresh_mask until the next call
+};
+
+namespace {
+
+thread_local std::string t_last_error;  // documented per-thread state of pcoll_last_error()
+
+int set_error(int status, const std::string& message) {
+  t_last_error = message;
+  return status;
+}
+
+// Runs `body`, mapping exceptions to a status and the thread's last error.
+template <typename Body>
+int guarded(const char* function, Body&& body) {
+  try {
+    body();
+    return PCOLL_SUCCESS;
+  } catch (const pcoll::Error& error) {
+    return set_error(static_cast<int>(error.code()), std::string(function) + ": " + error.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(PCOLL_ERR_NO_MEMORY, std::string(function) + ": out of memory");
+  } catch (const std::exception& error) {
+    return set_error(PCOLL_ERR_INTERNAL, std::string(function) + ": " + error.what());
+  }
+}
+
+void export_info(const pcoll::RoundInfo& in, pcoll_round_info_t* out) {
+  if (out == nullptr) return;
+  out->round = in.round;
+  out->initiator = in.initiator;
+  out->fresh = in.fresh;
+  out->caller_late = in.caller_late ? 1 : 0;
+  out->fresh_mask = in.fresh_mask.data();
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) pcoll::invalid_argument(message);
+}
+
+// The integer an enum argument holds. FFI callers can pass any int; loading an
+// out-of-range value through the enum type is undefined in C++, copying its bytes is not.
+template <typename Enum>
+int raw_value(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
+}  // namespace
+
+namespace pcoll {
+namespace {
+
+// pcoll_init() and pcoll_private_init_with_bootstrap(): a communicator over `boot`, its
+// transport chosen by the provider registry.
+int init_with_bootstrap(std::unique_ptr<bootstrap::Bootstrap> boot, pcoll_comm_t** comm) {
+  return guarded("pcoll_init", [&] {
+    require(comm != nullptr, "comm is NULL");
+    *comm = nullptr;
+    auto made = std::make_unique<pcoll_comm>();
+    made->comm = std::make_shared<Comm>(
+        std::move(boot), [](const transport::Options& options) { return providers::create("", options); });
+    *comm = made.release();
+  });
+}
+
+}  // namespace
+}  // namespace pcoll
+
+extern "C" {
+
+void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t* opts) {
+  if (opts == nullptr) return;
+  opts->late = PCOLL_LATE_CARRY;
+  opts->max_lag = 1;
+  opts->sync_every = 0;
+  opts->seed = 0x70636f6c6cULL;
+  opts->timeout_ms = 0;  // 0: PCOLL_TIMEOUT_MS or 30000, resolved at creation
+}
+
+int pcoll_init(pcoll_comm_t** comm) {
+  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
+  const int status = guarded("pcoll_init", [&] {
+    require(comm != nullptr, "comm is NULL");
+    boot = pcoll::bootstrap::from_environment();
+  });
+  if (status != PCOLL_SUCCESS) return status;
+  return pcoll::init_with_bootstrap(std::move(boot), comm);
+}
+
+int pcoll_private_init_with_bootstrap(const pcoll_private_bootstrap_t* callbacks, pcoll_comm_t** comm) {
+  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
+  const int status = guarded("pcoll_init", [&] {
+    require(callbacks != nullptr, "bootstrap callbacks are NULL");
+    try {
+      boot = pcoll::bootstrap::make_foreign(*callbacks);
+    } catch (...) {
+      if (callbacks->destroy != nullptr) callbacks->destroy(callbacks->context);
+      throw;
+    }
+  });
+  if (status != PCOLL_SUCCESS) return status;
+  return pcoll::init_with_bootstrap(std::move(boot), comm);
+}
+
+int pcoll_private_set_error(int status, const char* message) {
+  return set_error(status, message != nullptr ? message : "");
+}
+
+int pcoll_comm_rank(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->rank(); }
+int pcoll_comm_size(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->size(); }
+
+const char* pcoll_comm_provider(const pcoll_comm_t* comm) {
+  return comm == nullptr ? "" : comm->comm->provider().c_str();
+}
+
+const char* pcoll_comm_bootstrap(const pcoll_comm_t* comm) {
+  return comm == nullptr ? "" : comm->comm->bootstrap_name().c_str();
+}
+
+int pcoll_barrier(pcoll_comm_t* comm) {
+  return guarded("pcoll_barrier", [&] {
+    require(comm != nullptr, "comm is NULL");
+    comm->comm->check_failed();
+    comm->comm->boot().barrier();
+  });
+}
+
+int pcoll_finalize(pcoll_comm_t* comm) {
+  std::unique_ptr<pcoll_comm> owned(comm);
+  return guarded("pcoll_finalize", [&] {
+    require(comm != nullptr, "comm is NULL");
+    // Nobody tears down its endpoint while a peer may still be talking to it.
+    if (!owned->comm->failed()) owned->comm->boot().barrier();
+    owned.reset();
+  });
+}
+
+int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
+                           pcoll_mode_t mode, const pcoll_allreduce_opts_t* opts,
+                           pcoll_allreduce_t** handle) {
+  return guarded("pcoll_allreduce_create", [&] {
+    require(handle != nullptr, "handle is NULL");
+    *handle = nullptr;
+    require(comm != nullptr, "comm is NULL");
+    const int raw_mode = raw_value(mode);
+    require(raw_mode >= PCOLL_MODE_SYNC && raw_mode <= PCOLL_MODE_MAJORITY,
+            "mode " + std::to_string(raw_mode) +
+                " is not PCOLL_MODE_SYNC, PCOLL_MODE_SOLO or PCOLL_MODE_MAJORITY");
+    const int raw_dtype = raw_value(dtype);
+    require(raw_dtype >= PCOLL_FLOAT32 && raw_dtype <= PCOLL_FLOAT16,
+            "dtype " + std::to_string(raw_dtype) + " is not a pcoll_dtype_t (PCOLL_FLOAT32 .. PCOLL_FLOAT16)");
+    const int raw_op = raw_value(op);
+    require(raw_op >= PCOLL_OP_SUM && raw_op <= PCOLL_OP_MAX,
+            "op " + std::to_string(raw_op) + " is not PCOLL_OP_SUM, _AVG, _MIN or _MAX");
+    pcoll::AllreduceConfig config;
+    config.count = count;
+    config.dtype = static_cast<pcoll_dtype_t>(raw_dtype);
+    config.op = static_cast<pcoll_op_t>(raw_op);
+    config.mode = static_cast<pcoll_mode_t>(raw_mode);
+    pcoll_allreduce_opts_init(&config.opts);
+    if (opts != nullptr) {
+      const int raw_late = raw_value(opts->late);
+      require(raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP,
+              "opts.late = " + std::to_string(raw_late) + " is not PCOLL_LATE_CARRY or PCOLL_LATE_DROP");
+      config.opts = *opts;
+    }
+    require(config.opts.max_lag <= 64, "opts.max_lag = " + std::to_string(config.opts.max_lag) +
+                                           " is above 64 (each unit of lag buffers one result)");
+    require(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");
+    if (config.opts.timeout_ms == 0) config.opts.timeout_ms = pcoll::env::default_timeout_ms();
+    config.chunk_bytes = pcoll::env::get_u64("PCOLL_CHUNK_BYTES", 256 * 1024, 4096, size_t{1} << 30);
+    config.rd_max_bytes = pcoll::env::get_u64("PCOLL_RD_MAX_BYTES", pcoll::kRabenseifnerMinBytes,
+                                              0, size_t{1} << 40);
+    comm->comm->check_failed();
+    auto made = std::make_unique<pcoll_allreduce>();
+    made->comm = comm->comm;
+    made->handle = std::make_unique<pcoll::Allreduce>(*comm->comm, config);
+    *handle = made.release();
+  });
+}
+
+int pcoll_allreduce_start(pcoll_allreduce_t* h, const void* sendbuf, void* recvbuf) {
+  return guarded("pcoll_allreduce_start", [&] {
+    require(h != nullptr, "handle is NULL");
+    h->handle->start(sendbuf, recvbuf);
+  });
+}
+
+int pcoll_allreduce_test(pcoll_allreduce_t* h, int* done, pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_test", [&] {
+    require(h != nullptr, "handle is NULL");
+    require(done != nullptr, "done is NULL");
+    *done = h->handle->test(&h->info) ? 1 : 0;
+    if (*done) export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_wait(pcoll_allreduce_t* h, pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_wait", [&] {
+    require(h != nullptr, "handle is NULL");
+    h->handle->wait(&h->info);
+    export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_run(pcoll_allreduce_t* h, const void* sendbuf, void* recvbuf,
+                        pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_run", [&] {
+    require(h != nullptr, "handle is NULL");
+    h->handle->start(sendbuf, recvbuf);
+    h->handle->wait(&h->info);
+    export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_flush(pcoll_allreduce_t* h, void* recvbuf, pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_flush", [&] {
+    require(h != nullptr, "handle is NULL");
+    h->handle->flush(recvbuf, &h->info);
+    export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_destroy(pcoll_allreduce_t* h) {
+  std::unique_ptr<pcoll_allreduce> owned(h);
+  return guarded("pcoll_allreduce_destroy", [&] {
+    require(h != nullptr, "handle is NULL");
+    owned->handle->destroy();
+  });
+}
+
+int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t* h, uint64_t round) {
+  int initiator = -1;
+  const int status = guarded("pcoll_allreduce_majority_initiator", [&] {
+    require(h != nullptr, "handle is NULL");
+    initiator = h->handle->majority_initiator(round);
+  });
+  return status == PCOLL_SUCCESS ? initiator : -1;
+}
+
+const char* pcoll_strerror(int status) {
+  if (status < 0 || status > PCOLL_ERR_INTERNAL) return "unknown pcoll status";
+  return pcoll::errc_name(static_cast<pcoll::Errc>(status));
+}
+
+const char* pcoll_last_error(void) { return t_last_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,609 @@
+// The partial allreduce engine: one handle's rounds from activation to result.
+//
+// Round t's contribution of this rank is carry + sendbuf_t when the application posted
+// round t before the engine joined it, else the carry alone (the late sendbuf_t is folded
+// into the carry when it arrives). Each contribution is followed by 2P flag elements
+// (fresh flags, then initiator flags) that are reduced with the same op as the data, so
+// every rank learns who was fresh and who initiated from the result itself, and all
+// ranks agree on it without another message.
+#include "allreduce.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include <sched.h>
+
+#include "activation.hpp"
+#include "comm.hpp"
+#include "dtype.hpp"
+#include "error.hpp"
+#include "log.hpp"
+#include "reduce_kernels.hpp"
+
+namespace pcoll {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Flag element value: op(mark, 0) must be the mark and op(0, 0) zero, for every op.
+double flag_mark(pcoll_op_t op) { return op == PCOLL_OP_MIN ? -1.0 : 1.0; }
+
+void store_flag(pcoll_dtype_t acc_dtype, std::byte* at, double value) {
+  switch (acc_dtype) {
+    case PCOLL_FLOAT32: { const float v = static_cast<float>(value); std::memcpy(at, &v, sizeof v); break; }
+    case PCOLL_FLOAT64: std::memcpy(at, &value, sizeof value); break;
+    case PCOLL_INT32: { const auto v = static_cast<int32_t>(value); std::memcpy(at, &v, sizeof v); break; }
+    case PCOLL_INT64: { const auto v = static_cast<int64_t>(value); std::memcpy(at, &v, sizeof v); break; }
+    default: fail(Errc::internal, "no flag encoding for the accumulation type");
+  }
+}
+
+bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at) {
+  switch (acc_dtype) {
+    case PCOLL_FLOAT32: { float v; std::memcpy(&v, at, sizeof v); return v != 0.0f; }
+    case PCOLL_FLOAT64: { double v; std::memcpy(&v, at, sizeof v); return v != 0.0; }
+    case PCOLL_INT32: { int32_t v; std::memcpy(&v, at, sizeof v); return v != 0; }
+    case PCOLL_INT64: { int64_t v; std::memcpy(&v, at, sizeof v); return v != 0; }
+    default: return false;
+  }
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+size_t chunks_of(size_t elems, size_t chunk_elems) {
+  return elems == 0 ? 1 : (elems + chunk_elems - 1) / chunk_elems;
+}
+
+// The configuration every rank must agree on, as compared at creation.
+struct Signature {
+  uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, chunk_bytes, rd_max_bytes, handle;
+  bool operator==(const Signature&) const = default;
+};
+
+std::string describe(const Signature& s) {
+  return "count=" + std::to_string(s.count) + " dtype=" +
+         dtype_name(static_cast<pcoll_dtype_t>(s.dtype)) + " op=" +
+         op_name(static_cast<pcoll_op_t>(s.op)) + " mode=" + std::to_string(s.mode) +
+         " late=" + std::to_string(s.late) + " max_lag=" + std::to_string(s.max_lag) +
+         " sync_every=" + std::to_string(s.sync_every) + " seed=" + std::to_string(s.seed) +
+         " chunk_bytes=" + std::to_string(s.chunk_bytes) +
+         " rd_max_bytes=" + std::to_string(s.rd_max_bytes) + " handle=" + std::to_string(s.handle);
+}
+
+}  // namespace
+
+Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config)
+    : comm_(comm), transport_(comm.transport()), config_(config) {
+  rank_ = comm.rank();
+  size_ = comm.size();
+  check_dtype(config.dtype);
+  check_op(config.op);
+  acc_dtype_ = accumulation_dtype(config.dtype);
+  acc_elem_bytes_ = wire_element_bytes(config.dtype);
+  user_elem_bytes_ = element_bytes(config.dtype);
+  total_elems_ = config.count + 2 * static_cast<size_t>(size_);
+  timeout_ = std::chrono::milliseconds(config.opts.timeout_ms);
+  chunk_elems_ = std::max<size_t>(1, config.chunk_bytes / acc_elem_bytes_);
+  // A step of more than kMaxChunks chunks would overflow the notification's chunk field.
+  chunk_elems_ = std::max(chunk_elems_, (total_elems_ + kMaxChunks - 1) / kMaxChunks);
+
+  // The threshold is about the caller's vector: a 64 KiB gradient stays on recursive
+  // doubling at the default, whatever the 2P flag elements add.
+  const ReduceAlgorithm algorithm =
+      choose_algorithm(size_, acc_bytes(config.count), config.rd_max_bytes + 1);
+  plan_ = make_round_plan(algorithm, size_, rank_, total_elems_);
+  if (plan_.tags > kMaxSlots) fail(Errc::unsupported, "too many ranks for one reduction plan");
+  // A last step that receives and reduces the whole vector (recursive doubling without a
+  // fold-in post step) produces final values chunk by chunk: they are converted into the
+  // application's buffer while still in cache instead of in a second pass at the end.
+  for (size_t i = plan_.steps.size(); i-- > 0;) {
+    const PlanStep& step = plan_.steps[i];
+    if (!step.recv) continue;
+    if (step.recv_reduce && step.recv_offset == 0 && step.recv_count == total_elems_) final_step_ = i;
+    break;
+  }
+
+  work_bytes_ = (acc_bytes(total_elems_) + 63) / 64 * 64;
+  slot_bytes_ = (acc_bytes(plan_.slot_elems) + 63) / 64 * 64;
+  region_ = transport_.allocate(2 * work_bytes_ + 2 * slot_bytes_);
+
+  carry_.resize(acc_bytes(config.count));
+  fill_identity(config.dtype, config.op, carry_.data(), config.count);
+  for (auto& per_parity : arrivals_) per_parity.resize(plan_.tags);
+  ring_.resize(static_cast<size_t>(config.opts.max_lag) + 2);
+  late_by_round_.assign(ring_.size(), false);
+
+  {
+    std::lock_guard lock(comm.engine_mutex());
+    id_ = comm.add_handle(this);
+  }
+
+  // Collective part: agree on the configuration and swap registration keys in one go.
+  const Signature mine{config.count, static_cast<uint64_t>(config.dtype),
+                       static_cast<uint64_t>(config.op), static_cast<uint64_t>(config.mode),
+                       static_cast<uint64_t>(config.opts.late), config.opts.max_lag,
+                       config.opts.sync_every, config.opts.seed, config.chunk_bytes,
+                       config.rd_max_bytes, id_};
+  const transport::Bytes key = region_->remote_key();
+  std::vector<std::byte> blob(sizeof mine + key.size());
+  std::memcpy(blob.data(), &mine, sizeof mine);
+  std::memcpy(blob.data() + sizeof mine, key.data(), key.size());
+  std::vector<bootstrap::Blob> all;
+  try {
+    all = comm.boot().allgather(blob);
+  } catch (...) {
+    std::lock_guard lock(comm.engine_mutex());
+    comm.remove_handle(id_);
+    throw;
+  }
+  std::string mismatch;
+  for (int r = 0; r < size_ && mismatch.empty(); ++r) {
+    Signature theirs{};
+    if (all[r].size() < sizeof theirs) {
+      mismatch = "rank " + std::to_string(r) + " sent a malformed handle description";
+      break;
+    }
+    std::memcpy(&theirs, all[r].data(), sizeof theirs);
+    if (!(theirs == mine))
+      mismatch = "rank " + std::to_string(r) + " created the allreduce with " + describe(theirs) +
+                 " but rank " + std::to_string(rank_) + " with " + describe(mine) +
+                 "; every rank must pass the same arguments";
+  }
+  if (!mismatch.empty()) {
+    std::lock_guard lock(comm.engine_mutex());
+    comm.remove_handle(id_);
+    fail(Errc::mismatch, mismatch);
+  }
+  peers_.resize(size_);
+  for (int r = 0; r < size_; ++r)
+    peers_[r] = transport_.import_region(
+        r, std::span<const std::byte>(all[r]).subspan(sizeof(Signature)));
+  {
+    std::lock_guard lock(comm.engine_mutex());
+    ++epoch_;
+    ready_ = true;
+  }
+  log::debug("allreduce handle " + std::to_string(id_) + ": " + describe(mine) + ", " +
+             algorithm_name(plan_.algorithm) + ", " + std::to_string(plan_.steps.size()) +
+             " steps");
+}
+
+Allreduce::~Allreduce() {
+  std::lock_guard lock(comm_.engine_mutex());
+  comm_.remove_handle(id_);
+}
+
+std::byte* Allreduce::work(uint64_t round) const {
+  return region_->bytes().data() + (round & 1) * work_bytes_;
+}
+
+std::byte* Allreduce::slots(uint64_t round) const {
+  return region_->bytes().data() + 2 * work_bytes_ + (round & 1) * slot_bytes_;
+}
+
+// --- Round kinds and the conditions to join ---------------------------------------------
+
+bool Allreduce::is_sync_round(uint64_t round) const {
+  if (config_.mode == PCOLL_MODE_SYNC) return true;
+  const uint32_t every = config_.opts.sync_every;
+  return every != 0 && (round + 1) % every == 0;
+}
+
+bool Allreduce::lag_allows(uint64_t round) const {
+  // Join round t only once the application has called run(t - max_lag).
+  const uint64_t lag = config_.opts.max_lag;
+  return round < lag || app_next_ >= round - lag + 1;
+}
+
+bool Allreduce::can_join(uint64_t round) {
+  const bool posted = app_next_ > round;
+  const bool flush = posted_ && posted_->round == round && posted_->flush;
+  if (flush || is_sync_round(round)) return posted;
+  if (round < activated_) return lag_allows(round);
+  if (!posted) return false;
+  // The application posted a round nobody has activated yet.
+  if (config_.mode == PCOLL_MODE_SOLO ||
+      majority_initiator(round) == rank_) {
+    initiate(round);
+    return true;
+  }
+  return false;
+}
+
+void Allreduce::initiate(uint64_t round) {
+  for (const int child : activation::tree_children(rank_, rank_, size_))
+    transport_.notify(child, encode(NoticeKind::activation, id_, static_cast<uint32_t>(rank_), round));
+  activated_ = std::max(activated_, round + 1);
+  initiated_current_ = true;
+}
+
+// --- Engine side --------------------------------------------------------------------------
+
+void Allreduce::on_notice(const Notice& notice) {
+  if (notice.kind == NoticeKind::activation) {
+    const int root = static_cast<int>(notice.detail);
+    if (root >= size_)
+      fail(Errc::protocol, "activation for handle " + std::to_string(id_) + " names root rank " +
+                               std::to_string(root) + " of a job of " + std::to_string(size_));
+    const uint64_t round = widen_round(notice.round32, joined_);
+    // Forward every (round, root) along root's tree even when already joined: ranks below
+    // may have heard from no other root.
+    for (const int child : activation::tree_children(rank_, root, size_))
+      transport_.notify(child, encode(NoticeKind::activation, id_, static_cast<uint32_t>(root), round));
+    if (round > joined_ + 1)
+      fail(Errc::protocol, "activation for round " + std::to_string(round) + " of handle " +
+                               std::to_string(id_) + " while this rank is at round " +
+                               std::to_string(joined_));
+    activated_ = std::max(activated_, round + 1);
+    return;
+  }
+  // Data: valid only for the active round or the next one.
+  const uint64_t round = widen_round(notice.round32, completed_);
+  if (round != completed_ && round != completed_ + 1)
+    fail(Errc::protocol, "data for round " + std::to_string(round) + " of handle " +
+                             std::to_string(id_) + " while this rank is at round " +
+                             std::to_string(completed_));
+  const uint32_t tag = notice.tag();
+  if (tag >= plan_.tags)
+    fail(Errc::protocol, "data for handle " + std::to_string(id_) + " with exchange tag " +
+                             std::to_string(tag) + " (this plan has " +
+                             std::to_string(plan_.tags) + ")");
+  arrivals_[round & 1][tag].push_back(notice.chunk());
+  ++epoch_;
+}
+
+void Allreduce::advance_locked() {
+  if (!ready_) return;
+  for (;;) {
+    if (joined_ > completed_) {
+      if (!run_steps()) return;
+      complete_round();
+      continue;
+    }
+    if (!can_join(joined_)) return;
+    join(joined_);
+  }
+}
+
+void Allreduce::join(uint64_t round) {
+  // Our writes of two rounds ago may still read this parity's work buffer; writes up to
+  // the inject size were copied when posted, larger ones must complete first.
+  if (large_writes_pending_) {
+    transport_.flush();
+    large_writes_pending_ = false;
+  }
+  std::byte* acc = work(round);
+  const size_t count = config_.count;
+  const bool fresh = posted_ && posted_->round == round;
+  const bool flush = fresh && posted_->flush;
+  if (fresh && !flush) {
+    to_accumulator(config_.dtype, posted_->sendbuf, acc, count);
+    if (!carry_empty_) reduce_into(config_.dtype, config_.op, acc, carry_.data(), count);
+  } else if (count > 0) {
+    std::memcpy(acc, carry_.data(), acc_bytes(count));
+  }
+  if (!carry_empty_) {
+    fill_identity(config_.dtype, config_.op, carry_.data(), count);
+    carry_empty_ = true;
+  }
+  std::byte* flags = acc + acc_bytes(count);
+  std::memset(flags, 0, acc_bytes(2 * static_cast<size_t>(size_)));
+  const double mark = flag_mark(config_.op);
+  if (fresh) store_flag(acc_dtype_, flags + acc_bytes(rank_), mark);
+  if (initiated_current_) store_flag(acc_dtype_, flags + acc_bytes(size_ + rank_), mark);
+  late_by_round_[round % ring_.size()] = !fresh;
+  step_ = 0;
+  sent_ = false;
+  flushed_ = false;
+  processed_ = 0;
+  early_delivered_ = 0;
+  ++joined_;
+  ++epoch_;
+}
+
+void Allreduce::post_sends(const PlanStep& step) {
+  const uint64_t round = completed_;
+  const transport::RemoteRegion& peer = *peers_[step.peer];
+  const size_t chunks = chunks_of(step.send_count, chunk_elems_);
+  const size_t src_base = (round & 1) * work_bytes_ + acc_bytes(step.send_offset);
+  const size_t dst_base = step.send_to_result
+                              ? (round & 1) * work_bytes_ + acc_bytes(step.send_offset)
+                              : 2 * work_bytes_ + (round & 1) * slot_bytes_ +
+                                    acc_bytes(step.send_slot_offset);
+  if (acc_bytes(std::min(chunk_elems_, step.send_count)) > transport_.capabilities().inject_bytes)
+    large_writes_pending_ = true;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t first = c * chunk_elems_;
+    const size_t elems = std::min(chunk_elems_, step.send_count - std::min(step.send_count, first));
+    transport_.write_notify(*region_, src_base + acc_bytes(first), peer, dst_base + acc_bytes(first),
+                            acc_bytes(elems),
+                            encode_data(id_, step.tag, static_cast<uint32_t>(c), round));
+  }
+}
+
+bool Allreduce::run_steps() {
+  const uint64_t round = completed_;
+  while (step_ < plan_.steps.size()) {
+    const PlanStep& step = plan_.steps[step_];
+    if (step.send && !sent_) {
+      post_sends(step);
+      sent_ = true;
+    }
+    if (step.recv) {
+      auto& arrived = arrivals_[round & 1][step.tag];
+      const size_t chunks = chunks_of(step.recv_count, chunk_elems_);
+      if (step.recv_reduce && processed_ < arrived.size() && !flushed_ && step.send &&
+          step.send_offset < step.recv_offset + step.recv_count &&
+          step.recv_offset < step.send_offset + step.send_count &&
+          acc_bytes(step.send_count) > transport_.capabilities().inject_bytes) {
+        // The range we are about to reduce into is still the source of our own write.
+        transport_.flush();
+        flushed_ = true;
+        large_writes_pending_ = false;
+      }
+      while (processed_ < arrived.size()) {
+        const uint32_t c = arrived[processed_];
+        if (c >= chunks)
+          fail(Errc::protocol, "chunk " + std::to_string(c) + " of exchange " +
+                                   std::to_string(step.tag) + " has only " +
+                                   std::to_string(chunks) + " chunks");
+        if (step.recv_reduce) {
+          const size_t first = c * chunk_elems_;
+          const size_t elems = std::min(chunk_elems_, step.recv_count - std::min(step.recv_count, first));
+          reduce_into(config_.dtype, config_.op, work(round) + acc_bytes(step.recv_offset + first),
+                      slots(round) + acc_bytes(step.recv_slot_offset + first), elems);
+          if (step_ == final_step_) deliver_chunk(round, first, elems);
+        }
+        ++processed_;
+      }
+      if (processed_ < chunks) return false;
+      if (arrived.size() > chunks)
+        fail(Errc::protocol, "exchange " + std::to_string(step.tag) + " of round " +
+                                 std::to_string(round) + " received " +
+                                 std::to_string(arrived.size()) + " chunks, expected " +
+                                 std::to_string(chunks));
+    }
+    ++step_;
+    sent_ = false;
+    flushed_ = false;
+    processed_ = 0;
+    ++epoch_;
+  }
+  return true;
+}
+
+void Allreduce::deliver_chunk(uint64_t round, size_t first, size_t elems) {
+  if (!posted_ || posted_->round != round || posted_->delivered || posted_->recvbuf == nullptr) return;
+  if (first >= config_.count) return;  // the flag elements stay in the work buffer
+  const size_t n = std::min(elems, config_.count - first);
+  from_accumulator(config_.dtype, config_.op, size_, work(round) + acc_bytes(first),
+                   static_cast<std::byte*>(posted_->recvbuf) + user_elem_bytes_ * first, n);
+  early_delivered_ += n;
+}
+
+void Allreduce::fill_info(uint64_t round, RoundInfo& info) {
+  const std::byte* flags = work(round) + acc_bytes(config_.count);
+  info.round = round;
+  info.fresh = 0;
+  info.initiator = -1;
+  info.fresh_mask.assign((static_cast<size_t>(size_) + 63) / 64, 0);
+  for (int r = 0; r < size_; ++r) {
+    if (load_flag(acc_dtype_, flags + acc_bytes(r))) {
+      info.fresh_mask[r / 64] |= uint64_t{1} << (r % 64);
+      ++info.fresh;
+    }
+    if (load_flag(acc_dtype_, flags + acc_bytes(size_ + r))) {
+      // Majority: only the drawn rank may start a round; anything else is a broken peer.
+      if (config_.mode == PCOLL_MODE_MAJORITY && r != majority_initiator(round))
+        fail(Errc::protocol, "rank " + std::to_string(r) + " initiated round " + std::to_string(round) +
+                                 " of majority handle " + std::to_string(id_) + ", but rank " +
+                                 std::to_string(majority_initiator(round)) + " was drawn");
+      if (info.initiator < 0) info.initiator = r;
+    }
+  }
+  info.caller_late = late_by_round_[round % ring_.size()];
+}
+
+void Allreduce::complete_round() {
+  const uint64_t round = completed_;
+  Completed& slot = ring_[round % ring_.size()];
+  // The ring holds max_lag + 2 results; bounded lag keeps the engine within max_lag + 1
+  // rounds of the application, so the slot's previous round has been handed over.
+  const bool still_needed = slot.round != UINT64_MAX &&
+                            (slot.round >= app_next_ || (posted_ && posted_->round == slot.round));
+  if (still_needed)
+    fail(Errc::internal, "result ring overrun at round " + std::to_string(round));
+  slot.round = round;
+  fill_info(round, slot.info);
+  const std::byte* acc = work(round);
+  if (posted_ && posted_->round == round && !posted_->delivered) {
+    if (posted_->recvbuf != nullptr && early_delivered_ != config_.count)
+      from_accumulator(config_.dtype, config_.op, size_, acc, posted_->recvbuf, config_.count);
+    posted_->delivered = true;
+    slot.result.clear();
+  } else {
+    slot.result.resize(user_elem_bytes_ * config_.count);
+    from_accumulator(config_.dtype, config_.op, size_, acc, slot.result.data(), config_.count);
+  }
+  for (auto& tag : arrivals_[round & 1]) tag.clear();
+  initiated_current_ = false;
+  ++completed_;
+  ++epoch_;
+}
+
+// --- Application side ---------------------------------------------------------------------
+
+void Allreduce::add_late_sendbuf(const void* sendbuf) {
+  if (config_.opts.late == PCOLL_LATE_DROP || config_.count == 0) return;
+  const pcoll_op_t carry_op = config_.op == PCOLL_OP_AVG ? PCOLL_OP_SUM : config_.op;
+  reduce_user_into(config_.dtype, carry_op, carry_.data(), sendbuf, config_.count);
+  carry_empty_ = false;
+}
+
+void Allreduce::start(const void* sendbuf, void* recvbuf) {
+  if (sendbuf == nullptr && config_.count > 0)
+    invalid_argument("pcoll_allreduce_start: sendbuf is NULL but count is " + std::to_string(config_.count));
+  if (recvbuf == nullptr && config_.count > 0)
+    invalid_argument("pcoll_allreduce_start: recvbuf is NULL but count is " + std::to_string(config_.count));
+  std::unique_lock lock(comm_.engine_mutex());
+  comm_.check_failed();
+  if (posted_)
+    fail(Errc::invalid_state, "pcoll_allreduce_start: round " + std::to_string(posted_->round) +
+                                  " is still outstanding; call pcoll_allreduce_wait first");
+  const uint64_t round = app_next_++;
+  posted_ = Posted{round, sendbuf, recvbuf, round < joined_, false, false};
+  if (posted_->late) add_late_sendbuf(sendbuf);
+  if (round < completed_) {
+    // The round already completed without us: hand over its buffered result now.
+    const Completed& slot = ring_[round % ring_.size()];
+    if (slot.round != round) fail(Errc::internal, "result of round " + std::to_string(round) + " was overwritten");
+    if (recvbuf != nullptr && !slot.result.empty()) std::memcpy(recvbuf, slot.result.data(), slot.result.size());
+    posted_->delivered = true;
+  }
+  comm_.drive_locked();
+}
+
+bool Allreduce::deliver_if_ready_locked(RoundInfo* info) {
+  if (!posted_) fail(Errc::invalid_state, "no round outstanding: call pcoll_allreduce_start first");
+  const uint64_t round = posted_->round;
+  if (completed_ <= round) return false;
+  const Completed& slot = ring_[round % ring_.size()];
+  if (slot.round != round) fail(Errc::internal, "result of round " + std::to_string(round) + " was overwritten");
+  if (!posted_->delivered && posted_->recvbuf != nullptr && !slot.result.empty())
+    std::memcpy(posted_->recvbuf, slot.result.data(), slot.result.size());
+  if (info != nullptr) {
+    *info = slot.info;
+    if (posted_->flush) info->caller_late = false;
+  }
+  posted_.reset();
+  return true;
+}
+
+bool Allreduce::test(RoundInfo* info) {
+  std::unique_lock lock(comm_.engine_mutex());
+  comm_.check_failed();
+  comm_.drive_locked();
+  return deliver_if_ready_locked(info);
+}
+
+int Allreduce::majority_initiator(uint64_t round) const {
+  return activation::majority_initiator(config_.opts.seed, id_, round, size_);
+}
+
+int Allreduce::awaited_peer() const {
+  if (joined_ > completed_ && step_ < plan_.steps.size()) return plan_.steps[step_].peer;
+  if (config_.mode == PCOLL_MODE_MAJORITY && !is_sync_round(joined_) && joined_ >= activated_)
+    return majority_initiator(joined_);
+  return -1;
+}
+
+void Allreduce::wait_for_round(RoundInfo* info) {
+  const auto probe_after = std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(1000));
+  // While spinning we drive the engine and the progress thread is parked; asleep, it is
+  // the other way round.
+  struct Driving {
+    Comm& comm;
+    bool on = false;
+    void set(bool want, bool resume_now = true) {
+      if (want == on) return;
+      if (want) comm.hold_progress(); else comm.release_progress(resume_now);
+      on = want;
+    }
+    // The round is done and the application will likely be back for the next one soon.
+    ~Driving() { set(false, false); }
+  } driving{comm_};
+  // When this waiter last saw the engine move. The clock is read once per change and every
+  // kClockEvery idle polls: in a VM a clock read can cost as much as the poll itself.
+  constexpr unsigned kClockEvery = 16;
+  auto moved_at = Clock::now();
+  bool spinning = true;
+  std::unique_lock lock(comm_.engine_mutex());
+  uint64_t seen = epoch_;  // written under the engine lock by whoever drives the engine
+  for (unsigned idle = 0;; ++idle) {
+    comm_.check_failed();
+    comm_.drive_locked();
+    if (deliver_if_ready_locked(info)) return;
+    if (epoch_ != seen) {
+      seen = epoch_;
+      moved_at = Clock::now();
+      idle = 0;
+      spinning = true;
+    } else if (idle % kClockEvery == 0) {
+      const auto now = Clock::now();
+      const int peer = awaited_peer();
+      // Only a waiter that heard nothing for a while asks whether the peer is alive.
+      if (peer >= 0 && peer != rank_ && now - moved_at > probe_after) comm_.watch_locked(peer, timeout_);
+      // Spin while the round moves: within the spin budget of the start of the wait or of
+      // the engine's last step, so a large round that keeps receiving is driven here to
+      // the end, and a wait for a late peer goes to sleep soon.
+      spinning = now < moved_at + comm_.spin_budget();
+    }
+    if (spinning) {
+      driving.set(true);
+      // A short pause between polls (a long one adds microseconds to every round). Yield
+      // only when the node is oversubscribed: then the rank we wait for may need this
+      // CPU; otherwise a yield can hand the core to unrelated work for a whole slice.
+      lock.unlock();
+      if (comm_.yield_when_spinning()) {
+        sched_yield();
+      } else {
+        for (int i = 0; i < 4; ++i) cpu_relax();
+      }
+      lock.lock();
+    } else {
+      driving.set(false);
+      comm_.sleep_locked(lock, std::chrono::milliseconds(std::clamp<int64_t>(timeout_.count() / 8, 1, 100)));
+      idle = kClockEvery - 1;  // look at the clock again after every sleep
+    }
+  }
+}
+
+void Allreduce::wait(RoundInfo* info) {
+  {
+    std::lock_guard lock(comm_.engine_mutex());
+    if (!posted_) fail(Errc::invalid_state, "pcoll_allreduce_wait: no round outstanding; call pcoll_allreduce_start first");
+  }
+  wait_for_round(info);
+}
+
+void Allreduce::flush(void* recvbuf, RoundInfo* info) {
+  if (recvbuf == nullptr && config_.count > 0)
+    invalid_argument("pcoll_allreduce_flush: recvbuf is NULL but count is " + std::to_string(config_.count));
+  {
+    std::lock_guard lock(comm_.engine_mutex());
+    comm_.check_failed();
+    if (posted_)
+      fail(Errc::invalid_state, "pcoll_allreduce_flush: round " + std::to_string(posted_->round) +
+                                    " is still outstanding; call pcoll_allreduce_wait first");
+    const uint64_t round = app_next_;
+    if (round < joined_)
+      fail(Errc::invalid_state, "pcoll_allreduce_flush: round " + std::to_string(round) +
+                                    " was already started by another rank's run; every rank must "
+                                    "call flush at the same round");
+    ++app_next_;
+    posted_ = Posted{round, nullptr, recvbuf, false, true, false};
+    comm_.drive_locked();
+  }
+  wait_for_round(info);
+}
+
+void Allreduce::destroy() {
+  {
+    std::lock_guard lock(comm_.engine_mutex());
+    if (posted_)
+      fail(Errc::invalid_state, "pcoll_allreduce_destroy: round " + std::to_string(posted_->round) +
+                                    " is still outstanding; call pcoll_allreduce_wait first");
+    if (large_writes_pending_) transport_.flush();
+  }
+  comm_.boot().barrier();
+}
+
+}  // namespace pcoll

@@ -1,0 +1,149 @@
+// A persistent partial allreduce handle (docs/design.md, "Semantics"): rounds, activation, late
+// contributions carried forward, bounded lag, sync rounds, flush and the round info.
+//
+// Two sides share the state under the communicator's engine lock:
+//  - the application side (start / test / wait / flush), one outstanding round at a time;
+//  - the engine side (on_notice / advance_locked), driven by whichever thread holds the
+//    lock: the progress thread while the application computes, or the application itself
+//    while it waits (so a sync round pays no thread hand-off).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "notification.hpp"
+#include "pcoll/pcoll.h"
+#include "round_plan.hpp"
+#include "transport.hpp"
+
+namespace pcoll {
+
+class Comm;
+
+struct RoundInfo {
+  uint64_t round = 0;
+  int initiator = -1;       // -1: a synchronous round nobody activated
+  int fresh = 0;
+  bool caller_late = false;
+  std::vector<uint64_t> fresh_mask;  // ceil(P/64) words
+};
+
+struct AllreduceConfig {
+  size_t count = 0;
+  pcoll_dtype_t dtype = PCOLL_FLOAT32;
+  pcoll_op_t op = PCOLL_OP_SUM;
+  pcoll_mode_t mode = PCOLL_MODE_SYNC;
+  pcoll_allreduce_opts_t opts{};
+  size_t chunk_bytes = 0;         // pipelining chunk of large steps
+  size_t rd_max_bytes = 0;        // recursive doubling up to this many bytes, then Rabenseifner
+};
+
+class Allreduce {
+ public:
+  // Collective over the communicator: checks that every rank passed the same
+  // configuration (Errc::mismatch on every rank otherwise), registers memory once.
+  Allreduce(Comm& comm, const AllreduceConfig& config);
+  ~Allreduce();
+  Allreduce(const Allreduce&) = delete;
+  Allreduce& operator=(const Allreduce&) = delete;
+
+  // Application side.
+  void start(const void* sendbuf, void* recvbuf);
+  bool test(RoundInfo* info);
+  void wait(RoundInfo* info);
+  void flush(void* recvbuf, RoundInfo* info);
+  // Collective: waits until every rank is done with the handle.
+  void destroy();
+
+  // Engine side, engine lock held.
+  void on_notice(const Notice& notice);
+  void advance_locked();
+  uint32_t id() const { return id_; }
+  int majority_initiator(uint64_t round) const;
+
+ private:
+  struct Posted {
+    uint64_t round;
+    const void* sendbuf;
+    void* recvbuf;
+    bool late;       // the engine joined this round before the application posted it
+    bool flush;
+    bool delivered;  // result already written into recvbuf at completion
+  };
+  struct Completed {
+    uint64_t round = UINT64_MAX;
+    RoundInfo info;
+    std::vector<std::byte> result;  // user dtype, only when nobody was waiting for it
+  };
+
+  bool is_sync_round(uint64_t round) const;
+  bool lag_allows(uint64_t round) const;
+  bool can_join(uint64_t round);
+  void initiate(uint64_t round);
+  void join(uint64_t round);
+  bool run_steps();       // true when the active round's plan is done
+  void post_sends(const PlanStep& step);
+  void complete_round();
+  void deliver_chunk(uint64_t round, size_t first, size_t elems);
+  void fill_info(uint64_t round, RoundInfo& info);
+  bool deliver_if_ready_locked(RoundInfo* info);
+  void wait_for_round(RoundInfo* info);  // takes the engine lock itself
+  int awaited_peer() const;
+  void add_late_sendbuf(const void* sendbuf);
+
+  std::byte* work(uint64_t round) const;
+  std::byte* slots(uint64_t round) const;
+  size_t acc_bytes(size_t elems) const { return elems * acc_elem_bytes_; }
+
+  Comm& comm_;
+  transport::Transport& transport_;
+  AllreduceConfig config_;
+  uint32_t id_ = 0;
+  int rank_ = 0;
+  int size_ = 1;
+  pcoll_dtype_t acc_dtype_;
+  size_t acc_elem_bytes_ = 0;
+  size_t user_elem_bytes_ = 0;
+  size_t total_elems_ = 0;   // count + 2P flag elements (fresh, initiator)
+  size_t chunk_elems_ = 0;
+  std::chrono::milliseconds timeout_{30000};
+
+  RoundPlan plan_;
+  size_t final_step_ = SIZE_MAX;    // see the constructor
+  size_t work_bytes_ = 0;    // per parity
+  size_t slot_bytes_ = 0;    // per parity
+  std::unique_ptr<transport::LocalRegion> region_;  // work[2] then slots[2]
+  std::vector<std::unique_ptr<transport::RemoteRegion>> peers_;
+
+  std::vector<std::byte> carry_;    // accumulation type
+  bool carry_empty_ = true;
+
+  // Application side.
+  uint64_t app_next_ = 0;           // rounds posted so far (start + flush calls)
+  std::optional<Posted> posted_;
+
+  // Engine side.
+  bool ready_ = false;              // constructed: peers' regions known; until then arriving
+                                    // notices are only recorded
+  uint64_t joined_ = 0;             // rounds joined
+  uint64_t completed_ = 0;          // rounds completed
+  uint64_t activated_ = 0;          // rounds < activated_ have been activated
+  bool initiated_current_ = false;  // this rank activated the active round
+  size_t step_ = 0;
+  bool sent_ = false;
+  bool flushed_ = false;
+  bool large_writes_pending_ = false;  // a write above the inject size may not be complete
+  size_t processed_ = 0;
+  size_t early_delivered_ = 0;      // elements already in the posted recvbuf this round
+  std::vector<std::vector<uint32_t>> arrivals_[2];  // [parity][tag] -> chunks arrived
+  std::vector<Completed> ring_;     // results not yet handed to the application
+  std::vector<bool> late_by_round_; // indexed by round % ring size
+
+  uint64_t epoch_ = 0;             // bumped whenever the engine moves: arrivals, steps, rounds
+};
+
+}  // namespace pcoll

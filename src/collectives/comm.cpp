@@ -1,0 +1,253 @@
+// Communicator: bootstrap -> transport -> progress engine, notification routing, liveness
+// and failure propagation.
+#include "comm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
+
+#include "allreduce.hpp"
+#include "env.hpp"
+#include "error.hpp"
+#include "log.hpp"
+#include "topology.hpp"
+
+namespace pcoll {
+namespace {
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+}  // namespace
+
+Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
+    : boot_(std::move(boot)) {
+  log::threshold();  // reject a bad PCOLL_LOG now rather than at the first message
+  rank_ = boot_->rank();
+  size_ = boot_->size();
+  bootstrap_name_ = boot_->name();
+  log::set_rank(rank_);
+  if (static_cast<uint32_t>(size_) >= kMaxRanks)
+    fail(Errc::unsupported, "pcoll supports at most " + std::to_string(kMaxRanks - 1) + " ranks");
+  spin_budget_ = std::chrono::microseconds(env::get_u64("PCOLL_SPIN_US", 50, 0, 1000000));
+  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: lib/topology.cpp).
+  const auto placement = topology::progress_cpu();
+  const int cpu = placement.cpu;
+  log::debug("progress thread: " + placement.reason);
+
+  transport::Options options;
+  options.timeout = std::chrono::milliseconds(env::default_timeout_ms());
+  transport_ = make_transport(options);
+  provider_ = transport_->capabilities().name;
+  if (transport_->capabilities().notify_bits < 64)
+    fail(Errc::unsupported, "provider " + provider_ + " delivers only " +
+                                std::to_string(transport_->capabilities().notify_bits) +
+                                "-bit notifications; pcoll needs 64");
+
+  // Each rank sends its transport address and its host name: the ranks sharing our host
+  // decide whether waiting ranks must yield their CPU.
+  const transport::Bytes address = transport_->address();
+  const std::string host = host_name();
+  transport::Bytes blob(sizeof(uint32_t) + address.size() + host.size());
+  const auto address_bytes = static_cast<uint32_t>(address.size());
+  std::memcpy(blob.data(), &address_bytes, sizeof address_bytes);
+  std::memcpy(blob.data() + sizeof address_bytes, address.data(), address.size());
+  std::memcpy(blob.data() + sizeof address_bytes + address.size(), host.data(), host.size());
+  const auto blobs = boot_->allgather(blob);
+  std::vector<transport::Bytes> addresses(size_);
+  int local_ranks = 0;  // ranks on this host, this one included
+  for (int r = 0; r < size_; ++r) {
+    const auto& b = blobs[r];
+    uint32_t n = 0;
+    if (b.size() >= sizeof n) std::memcpy(&n, b.data(), sizeof n);
+    if (b.size() < sizeof n || b.size() - sizeof n < n)
+      fail(Errc::protocol, "rank " + std::to_string(r) + " sent a malformed address record (" +
+                               std::to_string(b.size()) + " bytes) during communicator setup");
+    addresses[r].assign(b.begin() + sizeof n, b.begin() + sizeof n + n);
+    const std::string their_host(reinterpret_cast<const char*>(b.data()) + sizeof n + n, b.size() - sizeof n - n);
+    if (their_host == host) ++local_ranks;
+  }
+  transport_->connect(rank_, addresses);
+  // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
+  // ranks than it has CPUs (auto), always, or never. Without it, an oversubscribed waiter
+  // spins through the time slice that the rank it waits for needs.
+  const std::string yield = env::get_choice("PCOLL_YIELD", "auto", {"auto", "always", "never"});
+  const int cpus = topology::node_cpus();
+  yield_ = yield == "always" || (yield == "auto" && local_ranks > cpus);
+  log::debug("waiters " + std::string(yield_ ? "yield" : "do not yield") + ": " +
+             std::to_string(local_ranks) + " ranks on this node, " + std::to_string(cpus) +
+             " CPUs (PCOLL_YIELD=" + yield + ")");
+
+  const auto now = Clock::now();
+  ping_sent_.assign(size_, std::nullopt);
+  last_pong_.assign(size_, now);
+  driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { progress_hook(); }, cpu);
+  // Everyone connected and progressing before the first handle's traffic.
+  boot_->barrier();
+  log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+            ", provider " + provider_ + ", bootstrap " + bootstrap_name_);
+}
+
+Comm::~Comm() {
+  if (failed()) {
+    // Our failure notices may still sit in the provider (a connection being set up, a
+    // send queue): keep progressing briefly so survivors hear who failed from us rather
+    // than having to time out on us too.
+    const auto until = Clock::now() + std::chrono::milliseconds(300);
+    while (Clock::now() < until) {
+      try {
+        transport_->progress();
+      } catch (const Error&) {
+        // Errors about the failed peer are expected here; keep delivering to the others.
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  if (driver_) driver_->stop();
+  driver_.reset();
+}
+
+uint32_t Comm::add_handle(Allreduce* handle) {
+  if (next_handle_id_ >= kMaxHandles)
+    fail(Errc::unsupported, "a communicator can create at most " + std::to_string(kMaxHandles) +
+                                " allreduce handles in its lifetime");
+  const uint32_t id = next_handle_id_++;
+  handles_.resize(next_handle_id_, nullptr);
+  handles_[id] = handle;
+  return id;
+}
+
+void Comm::remove_handle(uint32_t id) {
+  if (id < handles_.size()) handles_[id] = nullptr;
+}
+
+void Comm::dispatch_locked(uint64_t value) {
+  const Notice notice = decode(value);
+  switch (notice.kind) {
+    case NoticeKind::liveness: {
+      const int peer = static_cast<int>(notice.detail);
+      if (peer >= size_) fail(Errc::protocol, "liveness message from rank " + std::to_string(peer) + " of " + std::to_string(size_));
+      if (notice.handle == 0) {  // ping: answer from the engine, whatever the application does
+        transport_->notify(peer, encode(NoticeKind::liveness, 1, static_cast<uint32_t>(rank_), 0));
+      } else {
+        ping_sent_[peer].reset();
+        last_pong_[peer] = Clock::now();
+      }
+      return;
+    }
+    case NoticeKind::failure: {
+      const uint32_t culprit = notice.detail;
+      mark_failed(culprit == kUnknownRank ? -1 : static_cast<int>(culprit),
+           culprit == kUnknownRank
+               ? "another rank reported a failure of the job"
+               : "rank " + std::to_string(culprit) + " failed or stopped answering (reported by another rank)");
+      return;
+    }
+    case NoticeKind::activation:
+    case NoticeKind::data: {
+      Allreduce* handle = notice.handle < handles_.size() ? handles_[notice.handle] : nullptr;
+      if (handle == nullptr) {
+        if (notice.handle >= next_handle_id_)
+          fail(Errc::protocol, "message for allreduce handle " + std::to_string(notice.handle) +
+                                   ", which this rank has not created (create handles in the same order on every rank)");
+        // A forwarded activation can trail a handle that every rank already destroyed.
+        log::debug("dropping a stale message for destroyed handle " + std::to_string(notice.handle));
+        return;
+      }
+      handle->on_notice(notice);
+      return;
+    }
+  }
+}
+
+void Comm::drive_locked() {
+  check_failed();
+  try {
+    std::array<uint64_t, 64> values{};
+    for (;;) {
+      const size_t n = transport_->poll(values);
+      for (size_t i = 0; i < n; ++i) dispatch_locked(values[i]);
+      if (n < values.size()) break;
+    }
+    for (Allreduce* handle : handles_)
+      if (handle != nullptr) handle->advance_locked();
+  } catch (const Error& error) {
+    if (!failed()) mark_failed(error.rank(), error.what());
+    throw;
+  }
+}
+
+void Comm::progress_hook() {
+  {
+    std::lock_guard lock(engine_mutex_);
+    if (failed()) return;
+    try {
+      drive_locked();
+    } catch (const Error&) {
+      // Recorded by mark_failed(); the application sees it at its next call.
+    }
+  }
+  engine_moved_.notify_all();
+}
+
+void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
+  const auto now = Clock::now();
+  if (!ping_sent_[peer]) {
+    ping_sent_[peer] = now;
+    try {
+      transport_->notify(peer, encode(NoticeKind::liveness, 0, static_cast<uint32_t>(rank_), 0));
+    } catch (const Error& error) {
+      mark_failed(error.rank() >= 0 ? error.rank() : peer, error.what());
+      throw;
+    }
+    return;
+  }
+  if (now - *ping_sent_[peer] > timeout) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    mark_failed(peer, "rank " + std::to_string(peer) + " did not answer within " + std::to_string(ms) +
+                   " ms (PCOLL_TIMEOUT_MS / timeout_ms): its process or progress engine is gone");
+    check_failed();
+  }
+}
+
+void Comm::mark_failed(int culprit, const std::string& reason) {
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    failure_reason_ = reason;
+    failure_code_ = static_cast<int>(culprit >= 0 ? Errc::peer_failed : Errc::transport);
+    failed_.store(true, std::memory_order_release);
+  }
+  log::error(reason);
+  // Tell everyone else so that ranks waiting on a live peer do not wait forever.
+  const uint32_t detail = culprit >= 0 ? static_cast<uint32_t>(culprit) : kUnknownRank;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || r == culprit) continue;
+    try {
+      transport_->notify(r, encode(NoticeKind::failure, 0, detail, 0));
+    } catch (const Error&) {
+      // That peer may be gone too; the others still need to hear.
+    }
+  }
+  transport_->wake();
+  engine_moved_.notify_all();
+}
+
+void Comm::check_failed() const {
+  if (!failed_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(failure_mutex_);
+  throw Error(static_cast<Errc>(failure_code_), failure_reason_);
+}
+
+void Comm::sleep_locked(std::unique_lock<std::mutex>& lock, std::chrono::microseconds timeout) {
+  engine_moved_.wait_for(lock, timeout);
+}
+
+}  // namespace pcoll

@@ -1,0 +1,119 @@
+// The communicator: one bootstrap, one transport endpoint connected to every rank, one
+// progress engine (a thread that blocks on the transport's wait object when idle) and the
+// persistent allreduce handles created on it. It routes arriving notifications to the
+// handle they belong to and turns a dead or silent peer into an error on every rank.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bootstrap.hpp"
+#include "notification.hpp"
+#include "progress_driver.hpp"
+#include "transport.hpp"
+
+namespace pcoll {
+
+class Allreduce;
+
+// Makes the communicator's transport; the API layer passes the provider registry's choice,
+// so that the collectives never name a provider.
+using TransportFactory =
+    std::function<std::unique_ptr<transport::Transport>(const transport::Options& options)>;
+
+class Comm {
+ public:
+  Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& provider() const { return provider_; }
+  const std::string& bootstrap_name() const { return bootstrap_name_; }
+  bootstrap::Bootstrap& boot() { return *boot_; }
+  transport::Transport& transport() { return *transport_; }
+
+  // Handles register themselves at creation (collective, so ids agree on every rank).
+  uint32_t add_handle(Allreduce* handle);
+  void remove_handle(uint32_t id);
+
+  // The engine lock: guards every handle's round state. Held by whichever thread (the
+  // application inside run/wait, or the progress thread) is driving the engine.
+  std::mutex& engine_mutex() { return engine_mutex_; }
+
+  // With the engine lock held: drains the transport's notifications, routes them to their
+  // handles and lets every handle advance its rounds. Throws on a failed comm.
+  void drive_locked();
+
+  // Peer liveness, called by a waiter that has heard nothing useful for a while: pings
+  // `peer` (its progress engine answers even while its application computes) and fails
+  // the communicator, naming the peer, when a ping stays unanswered for `timeout`.
+  // A slow application is not a failure; a dead process or a dead engine is.
+  void watch_locked(int peer, std::chrono::milliseconds timeout);
+
+  // Marks the communicator failed (first reason wins), tells every peer, wakes waiters.
+  void mark_failed(int culprit, const std::string& reason);
+  // Throws the failure, if any.
+  void check_failed() const;
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+
+  // Sleeps (engine lock held by `lock`, released while asleep) until the progress thread
+  // has moved the engine on, a failure was recorded, or `timeout` passed. Used by an
+  // application waiter once its spin budget is spent; while spinning it drives the engine
+  // itself, so a fast round pays no thread hand-off.
+  void sleep_locked(std::unique_lock<std::mutex>& lock, std::chrono::microseconds timeout);
+
+  // An application thread that spins in a wait drives the engine itself; meanwhile the
+  // progress thread is parked, so that the two do not take turns on a shared core (an MPI
+  // launcher binds each rank to one core). Counted; every hold needs its release:
+  // resume_now when the caller is about to sleep and leaves progress to the thread.
+  void hold_progress() { driver_->hold(); }
+  void release_progress(bool resume_now) { driver_->release(resume_now); }
+
+  // How long a waiting caller keeps driving the engine after it last moved, before it
+  // sleeps (PCOLL_SPIN_US).
+  std::chrono::microseconds spin_budget() const { return spin_budget_; }
+  // Whether a spinning waiter yields its CPU between polls (PCOLL_YIELD; by default when
+  // this node runs more ranks than it has CPUs).
+  bool yield_when_spinning() const { return yield_; }
+
+ private:
+  void progress_hook();
+  void dispatch_locked(uint64_t value);
+
+  std::unique_ptr<bootstrap::Bootstrap> boot_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::string provider_;
+  std::string bootstrap_name_;
+  std::unique_ptr<transport::Transport> transport_;
+  // Liveness per peer: when our oldest unanswered ping was sent, and when we last heard.
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::optional<Clock::time_point>> ping_sent_;
+  std::vector<Clock::time_point> last_pong_;
+  std::chrono::microseconds spin_budget_{50};
+  bool yield_ = false;
+
+  std::mutex engine_mutex_;
+  std::condition_variable engine_moved_;  // the progress thread changed the engine's state
+  std::vector<Allreduce*> handles_;  // index = handle id; nullptr once destroyed
+  uint32_t next_handle_id_ = 0;
+
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mutex_;
+  std::string failure_reason_;
+  int failure_code_ = 0;
+
+  std::unique_ptr<transport::ProgressDriver> driver_;  // last: stops first
+};
+
+}  // namespace pcoll

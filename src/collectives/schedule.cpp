@@ -1,0 +1,322 @@
+// Reduction plans (see schedule.hpp): recursive doubling and Rabenseifner for any P.
+//
+// Why every rank ends with a bitwise identical result (given bitwise commutative ops,
+// reduce_kernels.hpp):
+//   - pre-step: only the partner combines, once: op(partner, extra).
+//   - recursive doubling: by induction over steps, after step k all 2^k core ranks of an
+//     aligned group hold the same bits X; the peer group holds Y. This rank computes
+//     op(X, Y) and its peer op(Y, X), which are equal bit for bit by commutativity, so the
+//     merged group of 2^(k+1) ranks again agrees. (Associativity is not needed: the
+//     bracketing is fixed by the plan, the same on every rank.)
+//   - Rabenseifner: each element is combined by exactly one rank per reduce-scatter step
+//     and ends owned by exactly one core rank; the allgather only copies bits, so there is
+//     a single computed value per element to agree on.
+//   - post-step: the extra rank receives a copy of its partner's bits.
+#include "schedule.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include "error.hpp"
+
+namespace pcoll {
+
+namespace {
+
+constexpr int kPreStepIndex = 0;
+constexpr int kFoldInSlot = 0;
+
+void check_ranks(int ranks, int rank) {
+  if (ranks < 1) invalid_argument("reduction plan: ranks must be >= 1 (got " + std::to_string(ranks) + ")");
+  if (rank < 0 || rank >= ranks) {
+    invalid_argument("reduction plan: rank " + std::to_string(rank) + " is outside 0.." +
+                     std::to_string(ranks - 1));
+  }
+}
+
+int log2_exact(int power_of_two) { return std::countr_zero(static_cast<unsigned>(power_of_two)); }
+
+// The pre-step: the extra rank sends its whole vector into its partner's fold-in slot.
+void add_pre_step(ReducePlan& plan) {
+  const int partner = fold_partner(plan.ranks, plan.rank);
+  if (partner < 0) return;
+  Step step;
+  step.index = kPreStepIndex;
+  step.peer = partner;
+  if (is_extra_rank(plan.ranks, plan.rank)) {
+    step.kind = StepKind::send_only;
+    step.send_count = plan.count;
+    step.peer_slot = kFoldInSlot;
+  } else {
+    step.kind = StepKind::recv_reduce;
+    step.recv_count = plan.count;
+    step.slot = kFoldInSlot;
+  }
+  plan.steps.push_back(step);
+}
+
+// The post-step: the partner writes the full result straight into the extra rank's work
+// buffer, which that rank no longer reads from (its only send was the pre-step).
+void add_post_step(ReducePlan& plan, int index) {
+  const int partner = fold_partner(plan.ranks, plan.rank);
+  if (partner < 0) return;
+  Step step;
+  step.index = index;
+  step.peer = partner;
+  if (is_extra_rank(plan.ranks, plan.rank)) {
+    step.kind = StepKind::recv_copy;
+    step.recv_count = plan.count;
+    step.lands_in_result = true;
+  } else {
+    step.kind = StepKind::send_only;
+    step.send_count = plan.count;
+    step.peer_lands_in_result = true;
+  }
+  plan.steps.push_back(step);
+}
+
+ReducePlan empty_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count) {
+  check_ranks(ranks, rank);
+  ReducePlan plan;
+  plan.algorithm = algorithm;
+  plan.ranks = ranks;
+  plan.rank = rank;
+  plan.count = count;
+  // Slot 0 receives the fold-in pre-step; it is empty when ranks is a power of two.
+  const bool folds = ranks != core_ranks(ranks);
+  plan.slots.push_back(SlotRange{0, folds ? count : 0});
+  return plan;
+}
+
+void append_slot(ReducePlan& plan, std::size_t elems) {
+  const SlotRange& last = plan.slots.back();
+  plan.slots.push_back(SlotRange{last.offset + last.elems, elems});
+}
+
+}  // namespace
+
+const char* algorithm_name(ReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case ReduceAlgorithm::recursive_doubling: return "recursive_doubling";
+    case ReduceAlgorithm::rabenseifner: return "rabenseifner";
+  }
+  return "invalid";
+}
+
+const char* step_kind_name(StepKind kind) {
+  switch (kind) {
+    case StepKind::send_reduce: return "send_reduce";
+    case StepKind::send_copy: return "send_copy";
+    case StepKind::send_only: return "send_only";
+    case StepKind::recv_reduce: return "recv_reduce";
+    case StepKind::recv_copy: return "recv_copy";
+  }
+  return "invalid";
+}
+
+std::size_t ReducePlan::slot_total_elems() const {
+  return slots.empty() ? 0 : slots.back().offset + slots.back().elems;
+}
+
+// --- fold-in mapping ---------------------------------------------------------------------
+
+int core_ranks(int ranks) {
+  if (ranks < 1) invalid_argument("core_ranks: ranks must be >= 1 (got " + std::to_string(ranks) + ")");
+  return static_cast<int>(std::bit_floor(static_cast<unsigned>(ranks)));
+}
+
+bool is_extra_rank(int ranks, int rank) {
+  check_ranks(ranks, rank);
+  const int extra = ranks - core_ranks(ranks);
+  return rank < 2 * extra && rank % 2 == 0;
+}
+
+int fold_partner(int ranks, int rank) {
+  check_ranks(ranks, rank);
+  const int extra = ranks - core_ranks(ranks);
+  if (rank >= 2 * extra) return -1;
+  return rank % 2 == 0 ? rank + 1 : rank - 1;
+}
+
+int core_index(int ranks, int rank) {
+  check_ranks(ranks, rank);
+  const int extra = ranks - core_ranks(ranks);
+  if (rank < 2 * extra) return rank % 2 == 0 ? -1 : rank / 2;
+  return rank - extra;
+}
+
+int core_rank(int ranks, int index) {
+  const int p2 = core_ranks(ranks);
+  if (index < 0 || index >= p2) {
+    invalid_argument("core_rank: core index " + std::to_string(index) + " is outside 0.." +
+                     std::to_string(p2 - 1));
+  }
+  const int extra = ranks - p2;
+  return index < extra ? 2 * index + 1 : index + extra;
+}
+
+std::size_t block_offset(std::size_t count, int blocks, int block) {
+  const auto n = static_cast<std::size_t>(blocks);
+  const auto b = static_cast<std::size_t>(block);
+  return b * (count / n) + std::min(b, count % n);
+}
+
+std::size_t block_elems(std::size_t count, int blocks, int block) {
+  const auto n = static_cast<std::size_t>(blocks);
+  return count / n + (static_cast<std::size_t>(block) < count % n ? 1 : 0);
+}
+
+// --- algorithms ------------------------------------------------------------------------------
+
+// Core step k (1..L) pairs core ranks differing in bit k-1: nearest neighbours first, which
+// are usually on the same node.
+ReducePlan recursive_doubling(int ranks, int rank, std::size_t count) {
+  ReducePlan plan = empty_plan(ReduceAlgorithm::recursive_doubling, ranks, rank, count);
+  const int p2 = core_ranks(ranks);
+  const int levels = log2_exact(p2);
+  for (int k = 1; k <= levels; ++k) append_slot(plan, count);
+  plan.step_index_count = levels + 2;
+
+  add_pre_step(plan);
+  const int me = core_index(ranks, rank);
+  if (me >= 0) {
+    for (int k = 1; k <= levels; ++k) {
+      Step step;
+      step.index = k;
+      step.peer = core_rank(ranks, me ^ (1 << (k - 1)));
+      step.kind = StepKind::send_reduce;
+      step.send_count = count;
+      step.recv_count = count;
+      step.slot = k;
+      step.peer_slot = k;
+      plan.steps.push_back(step);
+    }
+  }
+  add_post_step(plan, levels + 1);
+  return plan;
+}
+
+// Reduce-scatter step k (1..L) splits the block range this rank is responsible for in two:
+// the core rank with bit k-1 clear keeps the lower half, its peer (bit set) the upper; each
+// sends the other half and reduces the half it keeps. The largest exchange (half the
+// vector) is thus between nearest neighbours. The peer shares the same range because the
+// range depends only on bits 0..k-2. After L steps this rank owns one block; the
+// allgather replays the steps backwards, sending what it owns and receiving the half it
+// gave away, straight into its work buffer.
+ReducePlan rabenseifner(int ranks, int rank, std::size_t count) {
+  ReducePlan plan = empty_plan(ReduceAlgorithm::rabenseifner, ranks, rank, count);
+  const int p2 = core_ranks(ranks);
+  const int levels = log2_exact(p2);
+  // Slot k receives a half of p2 >> k consecutive blocks; bound it by the largest block
+  // so the layout is the same on every rank.
+  const std::size_t largest_block_elems = block_elems(count, p2, 0);
+  for (int k = 1; k <= levels; ++k) {
+    append_slot(plan, static_cast<std::size_t>(p2 >> k) * largest_block_elems);
+  }
+  plan.step_index_count = 2 * levels + 2;
+
+  add_pre_step(plan);
+  const int me = core_index(ranks, rank);
+  if (me >= 0) {
+    struct Halving {
+      int peer;
+      int keep_begin, keep_end;  // blocks
+      int give_begin, give_end;
+    };
+    std::vector<Halving> halvings;
+    int begin = 0;
+    int end = p2;
+    for (int k = 1; k <= levels; ++k) {
+      const int bit = 1 << (k - 1);
+      const int mid = begin + (end - begin) / 2;
+      const bool keep_lower = (me & bit) == 0;
+      Halving h{core_rank(ranks, me ^ bit), keep_lower ? begin : mid, keep_lower ? mid : end,
+                keep_lower ? mid : begin, keep_lower ? end : mid};
+      halvings.push_back(h);
+      begin = h.keep_begin;
+      end = h.keep_end;
+    }
+    const auto range_offset = [&](int block_begin) { return block_offset(count, p2, block_begin); };
+    const auto range_elems = [&](int block_begin, int block_end) {
+      return block_offset(count, p2, block_end) - block_offset(count, p2, block_begin);
+    };
+    for (int k = 1; k <= levels; ++k) {
+      const Halving& h = halvings[static_cast<std::size_t>(k - 1)];
+      Step step;
+      step.index = k;
+      step.peer = h.peer;
+      step.kind = StepKind::send_reduce;
+      step.send_offset = range_offset(h.give_begin);
+      step.send_count = range_elems(h.give_begin, h.give_end);
+      step.recv_offset = range_offset(h.keep_begin);
+      step.recv_count = range_elems(h.keep_begin, h.keep_end);
+      step.slot = k;
+      step.peer_slot = k;
+      plan.steps.push_back(step);
+    }
+    for (int j = 1; j <= levels; ++j) {
+      const Halving& h = halvings[static_cast<std::size_t>(levels - j)];
+      Step step;
+      step.index = levels + j;
+      step.peer = h.peer;
+      step.kind = StepKind::send_copy;
+      step.send_offset = range_offset(h.keep_begin);
+      step.send_count = range_elems(h.keep_begin, h.keep_end);
+      step.recv_offset = range_offset(h.give_begin);
+      step.recv_count = range_elems(h.give_begin, h.give_end);
+      step.lands_in_result = true;
+      step.peer_lands_in_result = true;
+      plan.steps.push_back(step);
+    }
+  }
+  add_post_step(plan, 2 * levels + 1);
+  return plan;
+}
+
+ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count) {
+  switch (algorithm) {
+    case ReduceAlgorithm::recursive_doubling: return recursive_doubling(ranks, rank, count);
+    case ReduceAlgorithm::rabenseifner: return rabenseifner(ranks, rank, count);
+  }
+  invalid_argument("unknown reduction algorithm " + std::to_string(static_cast<int>(algorithm)));
+}
+
+ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes, std::size_t rabenseifner_min_bytes) {
+  // With two or fewer core ranks both algorithms do a single full exchange or less.
+  if (core_ranks(ranks) <= 2 || bytes < rabenseifner_min_bytes) {
+    return ReduceAlgorithm::recursive_doubling;
+  }
+  return ReduceAlgorithm::rabenseifner;
+}
+
+// --- pipelining ----------------------------------------------------------------------------
+
+std::size_t chunk_count(std::size_t count, std::size_t max_chunk_elems) {
+  if (max_chunk_elems == 0) invalid_argument("chunk_count: max_chunk_elems must be >= 1");
+  return count == 0 ? 1 : (count + max_chunk_elems - 1) / max_chunk_elems;
+}
+
+std::vector<Chunk> chunks(std::size_t offset, std::size_t count, std::size_t max_chunk_elems) {
+  const std::size_t n = chunk_count(count, max_chunk_elems);
+  std::vector<Chunk> result;
+  result.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t delta = i * max_chunk_elems;
+    result.push_back(Chunk{static_cast<int>(i), offset + delta,
+                           std::min(max_chunk_elems, count - delta), delta});
+  }
+  return result;
+}
+
+std::vector<Chunk> send_chunks(const Step& step, std::size_t max_chunk_elems) {
+  if (!step.sends()) return {};
+  return chunks(step.send_offset, step.send_count, max_chunk_elems);
+}
+
+std::vector<Chunk> recv_chunks(const Step& step, std::size_t max_chunk_elems) {
+  if (!step.receives()) return {};
+  return chunks(step.recv_offset, step.recv_count, max_chunk_elems);
+}
+
+}  // namespace pcoll

@@ -1,0 +1,202 @@
+// Choosing a libfabric provider for a pcoll selector ("ofi", "ofi:shm", "ofi:tcp", ...) with
+// fi_getinfo, and the factory pcoll::transport::ofi::create().
+#include <rdma/fabric.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "log.hpp"
+#include "ofi_transport.hpp"
+#include "topology.hpp"
+
+namespace pcoll::transport::ofi {
+
+std::string fi_message(const std::string& call, ssize_t rc) {
+  const int code = static_cast<int>(rc < 0 ? -rc : rc);
+  return call + ": " + fi_strerror(code) + " (" + std::to_string(-code) + ")";
+}
+
+void fail_fi(const std::string& call, ssize_t rc) { fail(Errc::transport, fi_message(call, rc)); }
+
+namespace {
+
+// pcoll variant -> libfabric provider name.
+struct Variant {
+  const char* name;
+  const char* prov_name;
+};
+constexpr Variant kVariants[] = {
+    {"shm", "shm"},        {"tcp", "tcp;ofi_rxm"}, {"sockets", "sockets"},
+    {"verbs", "verbs;ofi_rxm"}, {"cxi", "cxi"},    {"efa", "efa"},
+    {"psm3", "psm3"},
+};
+
+// "" picks real NICs first, then shared memory, then the TCP providers. On several hosts
+// without a NIC, shm cannot reach the other hosts: ask for ofi:tcp explicitly there.
+constexpr const char* kBestOrder[] = {"cxi", "efa", "verbs;ofi_rxm", "psm3",
+                                      "shm", "tcp;ofi_rxm", "sockets"};
+
+InfoPtr make_hints(const std::string& prov_name) {
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) fail(Errc::out_of_memory, "fi_allocinfo failed");
+  // FI_MSG carries notify(); RMA and atomics carry data and control words.
+  hints->caps = FI_MSG | FI_RMA | FI_ATOMIC;
+  hints->ep_attr->type = FI_EP_RDM;
+  // Every mr_mode bit pcoll handles (ofi_mr.cpp); the provider clears those it does not need.
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+                                FI_MR_PROV_KEY | FI_MR_ENDPOINT | FI_MR_RAW;
+  // All calls are serialised by OfiTransport::mutex_, which is what FI_THREAD_DOMAIN asks.
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->av_type = FI_AV_TABLE;
+  hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+  hints->mode = 0;  // no FI_CONTEXT / FI_RX_CQ_DATA: contexts are pcoll's own structs
+  if (!prov_name.empty()) hints->fabric_attr->prov_name = strdup(prov_name.c_str());
+  return hints;
+}
+
+fi_info* getinfo(const fi_info* hints) {
+  fi_info* list = nullptr;
+  const int rc = fi_getinfo(FI_VERSION(1, 12), nullptr, nullptr, 0, hints, &list);
+  return rc == 0 ? list : nullptr;
+}
+
+// Among several domains (NICs), the one hwloc finds closest to this process, or PCOLL_NIC's
+// (lib/topology.cpp); else the first, libfabric's preference. Shared memory has no NIC.
+size_t choose_domain(const std::string& prov_name, const std::vector<fi_info*>& entries) {
+  if (prov_name == "shm") return 0;
+  std::vector<topology::NicCandidate> nics;
+  std::vector<size_t> entry_of_nic;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const char* domain = entries[i]->domain_attr->name;
+    if (domain == nullptr) continue;
+    if (std::any_of(nics.begin(), nics.end(), [&](const auto& n) { return n.name == domain; })) continue;
+    topology::NicCandidate nic{domain, std::nullopt};
+    if (const fid_nic* fi_nic = entries[i]->nic; fi_nic && fi_nic->bus_attr && fi_nic->bus_attr->bus_type == FI_BUS_PCI) {
+      const auto& pci = fi_nic->bus_attr->attr.pci;
+      nic.pci = topology::PciAddress{pci.domain_id, pci.bus_id, pci.device_id, pci.function_id};
+    }
+    nics.push_back(std::move(nic));
+    entry_of_nic.push_back(i);
+  }
+  if (nics.empty()) return 0;
+  return entry_of_nic[topology::choose_nic(nics, "ofi:" + prov_name)];
+}
+
+}  // namespace
+
+std::vector<std::string> candidate_providers(const std::string& variant) {
+  if (variant.empty()) return {std::begin(kBestOrder), std::end(kBestOrder)};
+  if (variant == "udp" || variant == "udp;ofi_rxd" || variant == "rxd" || variant == "ofi_rxd")
+    fail(Errc::unsupported,
+         "PCOLL_PROVIDER=ofi:" + variant +
+             " is refused: udp;ofi_rxd in libfabric 1.17 hangs on inject atomics and crashes on "
+             "inject_writedata. Use ofi:shm (one node) or ofi:tcp (several hosts).");
+  for (const auto& v : kVariants)
+    if (variant == v.name || variant == v.prov_name) return {v.prov_name};
+  invalid_argument("PCOLL_PROVIDER=ofi:" + variant +
+                   " is not a libfabric variant pcoll knows; use ofi, ofi:shm, ofi:tcp, "
+                   "ofi:sockets, ofi:verbs, ofi:cxi, ofi:efa or ofi:psm3. " +
+                   describe_available_providers());
+}
+
+InfoPtr query_provider(const std::string& prov_name, std::string* why_not) {
+  InfoPtr hints = make_hints(prov_name);
+  InfoPtr list(getinfo(hints.get()));
+  if (!list) {
+    if (why_not) *why_not = prov_name + ": no FI_EP_RDM endpoint with FI_MSG, FI_RMA and FI_ATOMIC";
+    return nullptr;
+  }
+  // Entries that also have remote CQ data (write_notify needs it); libfabric lists the
+  // preferred domain (FI_TCP_IFACE / FI_SOCKETS_IFACE honoured) first.
+  std::vector<fi_info*> usable;
+  for (fi_info* cur = list.get(); cur != nullptr; cur = cur->next) {
+    if (cur->domain_attr->cq_data_size < 4) continue;
+    if (cur->tx_attr->inject_size < sizeof(uint64_t)) continue;
+    usable.push_back(cur);
+  }
+  if (usable.empty()) {
+    if (why_not) *why_not = prov_name + ": no remote CQ data (cq_data_size < 4)";
+    return nullptr;
+  }
+  fi_info* chosen = usable[0];
+  try {
+    chosen = usable[choose_domain(prov_name, usable)];
+  } catch (const Error& e) {  // PCOLL_NIC names none of this provider's domains
+    if (why_not) *why_not = prov_name + ": " + e.what();
+    return nullptr;
+  }
+  InfoPtr one(fi_dupinfo(chosen));
+  if (!one) fail(Errc::out_of_memory, "fi_dupinfo failed");
+  return one;
+}
+
+std::string describe_available_providers() {
+  std::set<std::string> usable;
+  std::set<std::string> lacking;
+  {
+    InfoPtr hints = make_hints("");
+    InfoPtr list(getinfo(hints.get()));
+    for (fi_info* cur = list.get(); cur != nullptr; cur = cur->next)
+      if (cur->fabric_attr->prov_name) usable.insert(cur->fabric_attr->prov_name);
+  }
+  {
+    InfoPtr list(getinfo(nullptr));
+    for (fi_info* cur = list.get(); cur != nullptr; cur = cur->next)
+      if (cur->fabric_attr->prov_name && !usable.count(cur->fabric_attr->prov_name))
+        lacking.insert(cur->fabric_attr->prov_name);
+  }
+  auto join = [](const std::set<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? std::string("none") : out;
+  };
+  return "libfabric providers with FI_EP_RDM + RMA + atomics here: " + join(usable) +
+         "; present but unusable for pcoll: " + join(lacking) + ".";
+}
+
+namespace {
+
+std::string selector_for(const std::string& prov_name) {
+  for (const auto& v : kVariants)
+    if (prov_name == v.prov_name) return std::string("ofi:") + v.name;
+  return "ofi:" + prov_name;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> create_ofi(const std::string& variant, const Options& options) {
+  const auto candidates = candidate_providers(variant);
+  std::string reasons;
+  for (const auto& prov_name : candidates) {
+    std::string why_not;
+    InfoPtr info = query_provider(prov_name, &why_not);
+    if (!info) {
+      reasons += (reasons.empty() ? "" : "; ") + why_not;
+      continue;
+    }
+    try {
+      return std::make_unique<OfiTransport>(ProviderInfo{std::move(info), selector_for(prov_name)},
+                                            options);
+    } catch (const Error& e) {
+      // "" tries the next provider; an explicit variant reports why this one failed.
+      if (!variant.empty()) throw;
+      reasons += (reasons.empty() ? "" : "; ") + prov_name + ": " + e.what();
+      log::debug("ofi: skipping " + prov_name + ": " + e.what());
+    }
+  }
+  fail(Errc::unsupported, "PCOLL_PROVIDER=ofi" + (variant.empty() ? "" : ":" + variant) +
+                              ": no usable libfabric provider (" + reasons + "). " +
+                              describe_available_providers());
+}
+
+const ProviderDescriptor& descriptor() {
+  static const ProviderDescriptor ofi{
+      "ofi", "libfabric: shm, tcp;ofi_rxm, sockets, verbs;ofi_rxm, cxi, efa, psm3",
+      {"", "shm", "tcp", "sockets", "verbs", "cxi", "efa", "psm3"}, create_ofi};
+  return ofi;
+}
+
+}  // namespace pcoll::transport::ofi

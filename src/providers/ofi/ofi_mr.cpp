@@ -1,0 +1,149 @@
+// Registered memory: LocalRegion (fi_mr_reg, honouring every mr_mode bit) and the key blob
+// peers turn into a RemoteRegion.
+//
+// Key blob (little-endian, native): magic u32, owner rank i32, flags u32 (bit 0: remote
+// addresses are virtual addresses), raw key length u32, base address u64, length u64, key
+// u64, then the raw key bytes (FI_MR_RAW only).
+#include <cstdlib>
+#include <cstring>
+
+#include "ofi_transport.hpp"
+
+namespace pcoll::transport::ofi {
+
+namespace {
+
+constexpr uint32_t kFlagVirtAddr = 1;
+
+struct KeyHeader {
+  uint32_t magic;
+  int32_t owner_rank;
+  uint32_t flags;
+  uint32_t raw_key_bytes;
+  uint64_t base_address;
+  uint64_t bytes;
+  uint64_t key;
+};
+static_assert(sizeof(KeyHeader) == 40, "key blob header must have no padding");
+constexpr size_t kKeyHeaderBytes = sizeof(KeyHeader);
+
+template <class T>
+T get(std::span<const std::byte> in, size_t at) {
+  T value{};
+  std::memcpy(&value, in.data() + at, sizeof value);
+  return value;
+}
+
+}  // namespace
+
+OfiLocalRegion::OfiLocalRegion(OfiTransport& transport, std::span<std::byte> memory,
+                               std::unique_ptr<std::byte, FreeDeleter> owned)
+    : owned_(std::move(owned)), memory_(memory) {
+  const uint64_t mr_mode = transport.mr_mode();
+  // libfabric rejects empty registrations; a zero-length region registers a private word
+  // so that its key stays valid (bounds checks refuse every access but 0-byte ones).
+  if (memory.empty() && !owned_) {
+    owned_.reset(static_cast<std::byte*>(std::calloc(1, sizeof(uint64_t))));
+    if (!owned_) fail(Errc::out_of_memory, "ofi: cannot allocate an empty region");
+  }
+  void* reg_base = memory.empty() ? static_cast<void*>(owned_.get()) : memory.data();
+  const size_t reg_bytes = memory.empty() ? sizeof(uint64_t) : memory.size();
+  reg_base_ = static_cast<std::byte*>(reg_base);
+
+  uint64_t requested_key = 0;
+  fid_mr* mr = nullptr;
+  {
+    std::lock_guard lock(transport.mutex_);
+    if (!(mr_mode & FI_MR_PROV_KEY)) requested_key = transport.next_requested_key();
+    const uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    if (int rc = fi_mr_reg(transport.domain(), reg_base, reg_bytes, access, 0, requested_key, 0,
+                           &mr, nullptr);
+        rc != 0)
+      fail_fi("fi_mr_reg(" + std::to_string(memory.size()) + " bytes)", rc);
+    mr_.reset(mr);
+    if (mr_mode & FI_MR_ENDPOINT) {
+      if (int rc = fi_mr_bind(mr, &transport.endpoint()->fid, 0); rc != 0) fail_fi("fi_mr_bind", rc);
+      if (int rc = fi_mr_enable(mr); rc != 0) fail_fi("fi_mr_enable", rc);
+    }
+  }
+  desc_ = fi_mr_desc(mr);
+
+  Bytes raw_key;
+  uint64_t key = 0;
+  if (mr_mode & FI_MR_RAW) {
+    size_t raw_bytes = transport.mr_key_bytes();
+    raw_key.resize(raw_bytes);
+    uint64_t base = 0;
+    struct fi_mr_raw_attr attr{};
+    attr.base_addr = &base;
+    attr.raw_key = reinterpret_cast<uint8_t*>(raw_key.data());
+    attr.key_size = &raw_bytes;
+    if (int rc = fi_control(&mr->fid, FI_GET_RAW_MR, &attr); rc != 0) fail_fi("FI_GET_RAW_MR", rc);
+    raw_key.resize(raw_bytes);
+  } else {
+    key = fi_mr_key(mr);
+    if (key == FI_KEY_NOTAVAIL) fail(Errc::transport, "fi_mr_key: no key for a registration");
+  }
+
+  const bool virt = (mr_mode & FI_MR_VIRT_ADDR) != 0;
+  KeyHeader header{kKeyMagic, transport.my_rank_or_unknown(), virt ? kFlagVirtAddr : 0u,
+                   static_cast<uint32_t>(raw_key.size()),
+                   virt ? reinterpret_cast<uint64_t>(reg_base) : 0, memory.size(), key};
+  key_blob_.resize(sizeof header + raw_key.size());
+  std::memcpy(key_blob_.data(), &header, sizeof header);
+  if (!raw_key.empty()) std::memcpy(key_blob_.data() + sizeof header, raw_key.data(), raw_key.size());
+}
+
+OfiRemoteRegion::~OfiRemoteRegion() {
+  if (raw_mapped_) fi_mr_unmap_key(domain_, key_);
+}
+
+std::unique_ptr<LocalRegion> OfiTransport::allocate(size_t bytes) {
+  const size_t page = 4096;
+  const size_t rounded = (bytes + page - 1) / page * page;
+  std::unique_ptr<std::byte, FreeDeleter> memory;
+  if (rounded > 0) {
+    memory.reset(static_cast<std::byte*>(std::aligned_alloc(page, rounded)));
+    if (!memory) fail(Errc::out_of_memory, "ofi: cannot allocate " + std::to_string(bytes) + " bytes");
+    std::memset(memory.get(), 0, rounded);
+  }
+  std::span<std::byte> span(memory.get(), bytes);
+  return std::make_unique<OfiLocalRegion>(*this, span, std::move(memory));
+}
+
+std::unique_ptr<LocalRegion> OfiTransport::register_memory(std::span<std::byte> memory) {
+  return std::make_unique<OfiLocalRegion>(*this, memory, nullptr);
+}
+
+std::unique_ptr<RemoteRegion> OfiTransport::import_region(int peer, std::span<const std::byte> key) {
+  check_peer("import_region", peer);
+  const std::string who = "ofi: region key from rank " + std::to_string(peer);
+  if (key.size() < kKeyHeaderBytes || get<uint32_t>(key, 0) != kKeyMagic)
+    fail(Errc::protocol, who + " is malformed (" + std::to_string(key.size()) +
+                             " bytes, not a pcoll libfabric key)");
+  const auto owner = get<int32_t>(key, 4);
+  const auto flags = get<uint32_t>(key, 8);
+  const auto raw_bytes = get<uint32_t>(key, 12);
+  const auto base = get<uint64_t>(key, 16);
+  const auto bytes = get<uint64_t>(key, 24);
+  uint64_t mr_key = get<uint64_t>(key, 32);
+  if (key.size() != kKeyHeaderBytes + raw_bytes)
+    fail(Errc::protocol, who + " is malformed (length " + std::to_string(key.size()) +
+                             " disagrees with its raw key length " + std::to_string(raw_bytes) + ")");
+  if (owner >= 0 && owner != peer)
+    fail(Errc::protocol, who + " was registered by rank " + std::to_string(owner));
+  const bool virt = (flags & kFlagVirtAddr) != 0;
+  if (virt != ((mr_mode_ & FI_MR_VIRT_ADDR) != 0) || ((mr_mode_ & FI_MR_RAW) != 0) != (raw_bytes > 0))
+    fail(Errc::protocol, who + " was made with a different memory registration mode");
+  bool mapped = false;
+  if (raw_bytes > 0) {
+    std::lock_guard lock(mutex_);
+    auto* raw = const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(key.data() + kKeyHeaderBytes));
+    if (int rc = fi_mr_map_raw(domain_.get(), base, raw, raw_bytes, &mr_key, 0); rc != 0)
+      fail_fi("fi_mr_map_raw(rank " + std::to_string(peer) + ")", rc);
+    mapped = true;
+  }
+  return std::make_unique<OfiRemoteRegion>(domain_.get(), peer, base, bytes, mr_key, mapped);
+}
+
+}  // namespace pcoll::transport::ofi

@@ -1,0 +1,409 @@
+// Internal declarations of the UCX (UCP) provider: RAII wrappers for UCP objects, the
+// shared provider state (UcxCore), the region classes and the Transport implementation.
+// Nothing outside providers/ucx includes this file.
+//
+// Locking: one mutex (UcxCore::mutex) serialises every UCP call on the worker (the worker is
+// created UCS_THREAD_MODE_SERIALIZED), so UCP callbacks, which only run inside
+// ucp_worker_progress(), always run with it held and may touch UcxCore freely.
+#pragma once
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#include <ucp/api/ucp.h>
+#pragma GCC diagnostic pop
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "error.hpp"
+#include "transport.hpp"
+#include "ucx_provider.hpp"
+
+namespace pcoll::transport::ucx {
+
+using Clock = std::chrono::steady_clock;
+
+// --- RAII for UCP handles -------------------------------------------------------------
+struct ConfigDeleter {
+  void operator()(ucp_config_t* config) const noexcept { ucp_config_release(config); }
+};
+struct ContextDeleter {
+  void operator()(ucp_context* context) const noexcept { ucp_cleanup(context); }
+};
+struct WorkerDeleter {
+  void operator()(ucp_worker* worker) const noexcept { ucp_worker_destroy(worker); }
+};
+using ConfigPtr = std::unique_ptr<ucp_config_t, ConfigDeleter>;
+using ContextPtr = std::unique_ptr<ucp_context, ContextDeleter>;
+using WorkerPtr = std::unique_ptr<ucp_worker, WorkerDeleter>;
+
+// A file descriptor closed on destruction.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd = -1) noexcept : fd_(fd) {}
+  ~FileDescriptor();
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const noexcept { return fd_; }
+  void reset(int fd) noexcept;
+
+ private:
+  int fd_;
+};
+
+// Throws pcoll::Error(code) with "ucx: <what>: <UCS status string>".
+[[noreturn]] void fail_status(Errc code, const std::string& what, ucs_status_t status);
+// The same for a failure about one peer (Error::rank() = peer_rank).
+[[noreturn]] void fail_peer_status(Errc code, int peer_rank, const std::string& what,
+                                   ucs_status_t status);
+// Identifies a worker address in region keys (ucx_mr.cpp).
+uint64_t address_fingerprint(std::span<const std::byte> worker_address);
+// Errc for a failed operation towards a peer: peer_failed for connection-level statuses.
+Errc errc_for_peer_status(ucs_status_t status);
+
+// Active message ids of this provider.
+enum AmId : unsigned {
+  am_notify = 0x31,        // header: uint64 value; no data
+  am_write_notify = 0x32,  // header: uint64 target address, uint64 value; data: the bytes
+  am_mailbox = 0x33,       // header: uint64 sender rank; data: the sender's mailbox key blob
+  am_kick = 0x34,          // no header, no data: wakes a receiver asleep on its mailbox
+};
+
+// A region key blob (ucx_mr.cpp), validated: lengths, checksum, no wrap-around.
+struct KeyView {
+  uint64_t address = 0;
+  uint64_t length = 0;
+  uint64_t origin = 0;  // fingerprint of the owner's worker address
+  std::span<const std::byte> rkey;
+};
+KeyView decode_key(std::span<const std::byte> key, const std::string& who);
+Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t length,
+               uint64_t origin);
+
+// Bytes a write()/write_notify() copies before posting, so the caller's buffer is free at
+// once (Capabilities::inject_bytes).
+inline constexpr size_t kInjectBytes = 256;
+// write_notify payloads up to this size travel inside one eager active message (copied into
+// SendOp::inline_bytes); larger ones are put + flush + notification (ucx_rma.cpp).
+inline constexpr size_t kEagerNotifyBytes = 8192;
+
+class UcxCore;
+
+// Fire-and-forget send (put, active message). Pooled; lives until UCP completes it.
+struct SendOp {
+  UcxCore* core = nullptr;
+  int peer = -1;
+  std::array<uint64_t, 2> header{};
+  uint64_t puts_posted = 0;  // large write_notify: Peer::puts_posted when its flush was posted
+  alignas(16) std::array<std::byte, kEagerNotifyBytes> inline_bytes{};
+};
+
+// Blocking operation (atomic, flush): the waiter polls `done`. Heap-allocated and kept by the
+// core if the waiter times out, because UCP may still write `reply` later.
+struct BlockingOp {
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  uint64_t operand = 0;
+  uint64_t reply = 0;
+};
+
+// Rendezvous receive of a write_notify whose data UCP fetches after the callback returned.
+struct RecvOp {
+  UcxCore* core = nullptr;
+  uint64_t value = 0;
+};
+
+// One connected rank.
+struct Peer {
+  UcxCore* core = nullptr;
+  int rank = -1;
+  ucp_ep_h ep = nullptr;
+  uint64_t address_fingerprint = 0;  // of its worker address; checked against region keys
+  // First error UCP reported for this peer (error handler or a failed send); UCS_OK if none.
+  ucs_status_t failure = UCS_OK;
+  std::string failure_what;
+  size_t sends_in_flight = 0;  // SendOps not yet completed
+  bool dirty = false;          // operations posted since the last flush
+  // Puts posted to this peer, and how many of them an endpoint flush has since completed.
+  // flush() only flushes the endpoint when they differ: on tcp an endpoint flush is a round
+  // trip that needs the peer to progress, and active messages (notify, write_notify) never
+  // need one (their bytes are placed together with the value).
+  uint64_t puts_posted = 0;
+  uint64_t puts_flushed = 0;
+};
+
+// Shared-memory notification rings (ucx_mailbox.cpp), used where every peer's memory is
+// mapped into this process (ucx:shm): notify() and write_notify() become plain stores.
+//
+// Each rank maps one mailbox region: a sleep flag, then one ring of kSlots slots per
+// sender, then one credit word per receiver. A sender copies the data straight into the
+// target region (ucp_rkey_ptr), writes the value into its next slot of the target's ring,
+// and publishes the slot with a release store of its sequence number; the receiver polls
+// the sequence words, so a value is never seen before its bytes. The receiver reports what
+// it consumed into the sender's credit word; a full ring, a peer whose mailbox key has not
+// arrived yet, or memory that is not mapped all fall back to active messages. A receiver
+// about to sleep on the worker fd raises its sleep flag and looks at the rings once more;
+// a sender that sees the flag after publishing sends an am_kick (a Dekker handshake with
+// sequentially consistent fences on both sides), so no notification is slept through.
+class Mailbox {
+ public:
+  static constexpr uint64_t kSlots = 64;
+
+  explicit Mailbox(UcxCore& core) : core_(core) {}
+  ~Mailbox() { close(); }
+  Mailbox(const Mailbox&) = delete;
+  Mailbox& operator=(const Mailbox&) = delete;
+
+  // All below: core mutex held.
+  // Maps this rank's mailbox for a job of `ranks`; its key goes to every peer (am_mailbox).
+  void open(int my_rank, int ranks);
+  bool is_open() const { return base_ != nullptr; }
+  const Bytes& key() const { return key_; }
+  // A peer's key arrived. Malformed keys are logged and ignored (that peer keeps using
+  // active messages).
+  void attach(int peer, std::span<const std::byte> key);
+  // notify / write_notify through the peer's ring; false: use an active message instead.
+  // `target` is where the bytes go in this process's mapping of the peer's memory, and
+  // `target_address` the same place in the peer's address space.
+  bool send(int peer, std::byte* target, uint64_t target_address, const void* bytes,
+            size_t count, uint64_t value);
+  // Whether the last successful send() found its receiver asleep (it needs an am_kick).
+  bool receiver_asleep() const { return receiver_asleep_; }
+  // Moves arrived values to the core's notification queue; returns how many.
+  size_t drain();
+  void set_asleep(bool asleep);
+  // Unmaps the region and drops the peers' keys (before the endpoints close).
+  void close();
+
+ private:
+  struct PeerBox {
+    ucp_rkey_h rkey = nullptr;
+    std::byte* ring = nullptr;         // my ring inside the peer's mailbox
+    uint64_t* asleep = nullptr;        // the peer's sleep flag
+    uint64_t* credit_for_it = nullptr; // the peer's credit word about my consumption
+    uint64_t sent = 0;                 // values I put into its ring
+    uint64_t received = 0;             // values I took from its ring in mine
+    uint64_t reported = 0;             // `received` as last written to credit_for_it
+  };
+  std::byte* ring_of(int sender) const;
+  uint64_t* credit_of(int receiver) const;
+  void report(PeerBox& box);
+
+  UcxCore& core_;
+  ucp_mem_h memh_ = nullptr;
+  std::byte* base_ = nullptr;
+  size_t bytes_ = 0;
+  int my_rank_ = -1;
+  int ranks_ = 0;
+  Bytes key_;
+  std::vector<PeerBox> peers_;
+  std::vector<std::pair<int, Bytes>> early_keys_;  // keys that came before open()
+  bool receiver_asleep_ = false;
+};
+
+// What a blocked thread is waiting for; decides whether progress made by another thread
+// must wake it.
+enum class WaitKind { notification, activity, operation };
+
+// Provider state shared (shared_ptr) by the transport and the regions it made, so that a
+// region destroyed after its transport still finds a live worker.
+class UcxCore {
+ public:
+  UcxCore(const std::string& variant, const Options& options);
+  ~UcxCore();
+  UcxCore(const UcxCore&) = delete;
+  UcxCore& operator=(const UcxCore&) = delete;
+
+  // --- set once at construction
+  Capabilities caps;
+  Options options;
+  std::string variant;
+
+  std::mutex mutex;
+
+  // Blocks (lock held on entry and exit) until pred() is true, the deadline passes (false)
+  // or, for WaitKind::notification/activity, wake() was called. Spins for `spin` first.
+  bool block_until(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred,
+                   Clock::time_point deadline, WaitKind kind, std::chrono::microseconds spin,
+                   uint64_t wake_seq_at_entry);
+  // One ucp_worker_progress() pass plus the bookkeeping that wakes sleeping threads.
+  unsigned progress_locked();
+  void wake();
+  uint64_t wake_seq() const { return wake_seq_; }
+  bool take_pending_wake();
+
+  // Notification queue (lock held).
+  void enqueue_notification(uint64_t value);
+  size_t pop_notifications(std::span<uint64_t> out);
+  bool has_notifications() const { return !notifications_.empty(); }
+  uint64_t activity_seq() const { return activity_seq_; }
+
+  // Send-op pool and completion bookkeeping (lock held).
+  SendOp* acquire_send_op(int peer);
+  void release_send_op(SendOp* op);
+  void record_failure(Peer& peer, ucs_status_t status, const std::string& what);
+  // Throws peer_failed if UCP reported an error for the peer.
+  void check_peer(const Peer& peer) const;
+  Peer& peer(int rank);
+
+  // Local regions that incoming write_notify data may land in (lock held).
+  void add_local_range(uintptr_t address, size_t bytes);
+  void remove_local_range(uintptr_t address);
+  bool contains_local_range(uintptr_t address, size_t bytes) const;
+
+  // Keeps a timed-out op alive until UCP completes it or the worker is gone.
+  void abandon(std::unique_ptr<BlockingOp> op);
+
+  Mailbox mailbox{*this};
+
+  // --- UCP objects. ~UcxCore closes the endpoints, then destroys the worker and the context
+  // explicitly, before any member that UCP callbacks touch (peers, send-op pool, queues).
+  std::list<std::unique_ptr<BlockingOp>> abandoned_ops;
+  std::vector<std::unique_ptr<SendOp>> send_op_storage;
+  ContextPtr context;
+  WorkerPtr worker;
+  std::vector<std::unique_ptr<Peer>> peers;
+  Bytes worker_address;
+  int worker_fd = -1;  // owned by the worker
+  FileDescriptor kick_fd;
+  int my_rank = -1;
+
+ private:
+  void create_context();
+  void create_worker();
+  void close_endpoints();
+  void kick_sleeper();
+
+  std::vector<SendOp*> free_send_ops_;
+  std::deque<uint64_t> notifications_;
+  std::map<uintptr_t, size_t> local_ranges_;
+  mutable std::pair<uintptr_t, size_t> last_range_{0, 0};  // last range a lookup matched
+
+  // Wait state: at most one thread (the "sleeper") blocks on the worker fd; the others wait on
+  // the condition variable and are woken by whoever makes progress.
+  std::condition_variable waiters_cv_;
+  size_t cv_waiters_ = 0;
+  bool sleeper_active_ = false;
+  WaitKind sleeper_kind_ = WaitKind::notification;
+  uint64_t activity_seq_ = 0;
+  uint64_t wake_seq_ = 0;
+  bool wake_pending_ = false;
+};
+
+// Registered memory of this process.
+class UcxLocalRegion final : public LocalRegion {
+ public:
+  UcxLocalRegion(std::shared_ptr<UcxCore> core, ucp_mem_h memh, std::span<std::byte> bytes);
+  ~UcxLocalRegion() override;
+  std::span<std::byte> bytes() const override { return bytes_; }
+  Bytes remote_key() const override { return key_; }
+  const UcxCore* core() const { return core_.get(); }
+
+ private:
+  std::shared_ptr<UcxCore> core_;
+  ucp_mem_h memh_;  // null for an empty region
+  std::span<std::byte> bytes_;
+  Bytes key_;
+};
+
+// A peer's registered memory.
+class UcxRemoteRegion final : public RemoteRegion {
+ public:
+  UcxRemoteRegion(std::shared_ptr<UcxCore> core, int peer, uint64_t address, size_t bytes,
+                  ucp_rkey_h rkey);
+  ~UcxRemoteRegion() override;
+  int peer() const override { return peer_; }
+  size_t size() const override { return bytes_; }
+  uint64_t address() const { return address_; }
+  ucp_rkey_h rkey() const { return rkey_; }
+  const UcxCore* core() const { return core_.get(); }
+  // The region in this process's address space where UCX maps it (shared memory), or null.
+  std::byte* mapped() const { return mapped_; }
+
+ private:
+  std::shared_ptr<UcxCore> core_;
+  int peer_;
+  uint64_t address_;
+  size_t bytes_;
+  ucp_rkey_h rkey_;  // null for an empty region
+  std::byte* mapped_ = nullptr;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(const std::string& variant, const Options& options);
+  ~UcxTransport() override;
+
+  const Capabilities& capabilities() const override { return core_->caps; }
+  Bytes address() const override { return core_->worker_address; }
+  void connect(int my_rank, std::span<const Bytes> addresses) override;
+  int rank() const override { return core_->my_rank; }
+  int size() const override { return static_cast<int>(core_->peers.size()); }
+
+  std::unique_ptr<LocalRegion> allocate(size_t bytes) override;
+  std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
+  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override;
+
+  void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+             size_t dst_offset, size_t bytes) override;
+  void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                    size_t dst_offset, size_t bytes, uint64_t value) override;
+  void notify(int peer, uint64_t value) override;
+
+  uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                        uint64_t desired) override;
+  uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+
+  void flush() override;
+
+  void progress() override;
+  size_t poll(std::span<uint64_t> out) override;
+  bool wait(std::chrono::microseconds timeout, WaitFor what) override;
+  void wake() override;
+
+ private:
+  void flush_within(std::chrono::milliseconds timeout);
+  std::unique_ptr<LocalRegion> map_memory(void* address, size_t bytes, bool allocate);
+  const UcxLocalRegion& local(const LocalRegion& region) const;
+  const UcxRemoteRegion& remote(const RemoteRegion& region) const;
+  void check_connected(const char* operation) const;
+  // Posts one atomic and waits for it (lock held by the caller's scope inside).
+  uint64_t atomic(const RemoteRegion& dst, size_t offset, ucp_atomic_op_t opcode,
+                  uint64_t operand, uint64_t reply_in, const char* what);
+  // Waits for a blocking op posted under `lock`; throws timeout / peer_failed naming `peer`.
+  void await(std::unique_lock<std::mutex>& lock, ucs_status_ptr_t request, BlockingOp& op,
+             std::unique_ptr<BlockingOp>& owner, int peer, const std::string& what);
+  void post_send(std::unique_lock<std::mutex>& lock, Peer& peer, SendOp* op,
+                 ucs_status_ptr_t request, const char* what);
+  // A notification (with `count` bytes for `target` / `target_address`, see Mailbox::send)
+  // through the peer's mailbox, kicking it awake if it sleeps; false: the caller sends an
+  // active message.
+  bool send_by_mailbox(std::unique_lock<std::mutex>& lock, Peer& peer, std::byte* target,
+                       uint64_t target_address, const void* bytes, size_t count, uint64_t value);
+
+  std::shared_ptr<UcxCore> core_;
+};
+
+// Request parameters of a fire-and-forget send completed by on_send_complete.
+ucp_request_param_t send_param(SendOp* op);
+
+// UCP callbacks (ucx_progress.cpp / ucx_rma.cpp).
+void on_send_complete(void* request, ucs_status_t status, void* user_data);
+void on_blocking_complete(void* request, ucs_status_t status, void* user_data);
+
+}  // namespace pcoll::transport::ucx

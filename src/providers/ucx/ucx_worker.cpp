@@ -1,0 +1,154 @@
+// The UCP worker: creation with wake-up support, its address blob, and the active-message
+// handlers that turn incoming notifications into queued values.
+#include <sys/eventfd.h>
+
+#include <cstring>
+
+#include "log.hpp"
+#include "ucx_transport.hpp"
+
+namespace pcoll::transport::ucx {
+
+namespace {
+
+// notify(): the header is the value.
+ucs_status_t on_notify(void* arg, const void* header, size_t header_bytes, void*,
+                       size_t data_bytes, const ucp_am_recv_param_t*) {
+  auto* core = static_cast<UcxCore*>(arg);
+  if (header_bytes != sizeof(uint64_t) || data_bytes != 0) {
+    log::error("ucx: dropped a malformed notification (" + std::to_string(header_bytes) +
+               " header bytes, " + std::to_string(data_bytes) + " data bytes)");
+    return UCS_OK;
+  }
+  uint64_t value = 0;
+  std::memcpy(&value, header, sizeof value);
+  core->enqueue_notification(value);
+  return UCS_OK;
+}
+
+// A peer's mailbox key (ucx_mailbox.cpp). Rendezvous is refused: keys are small.
+ucs_status_t on_mailbox(void* arg, const void* header, size_t header_bytes, void* data,
+                        size_t data_bytes, const ucp_am_recv_param_t* param) {
+  auto* core = static_cast<UcxCore*>(arg);
+  if (header_bytes != sizeof(uint64_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    log::error("ucx: dropped a malformed mailbox announcement (" + std::to_string(header_bytes) +
+               " header bytes)");
+    return UCS_OK;
+  }
+  uint64_t rank = 0;
+  std::memcpy(&rank, header, sizeof rank);
+  if (rank >= core->peers.size() && core->my_rank >= 0) {
+    log::error("ucx: dropped a mailbox announcement from rank " + std::to_string(rank) +
+               " of a job of " + std::to_string(core->peers.size()));
+    return UCS_OK;
+  }
+  core->mailbox.attach(static_cast<int>(rank), std::span(static_cast<const std::byte*>(data), data_bytes));
+  return UCS_OK;
+}
+
+// Wakes a receiver that slept on its mailbox; the values are in the rings already.
+ucs_status_t on_kick(void*, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+  return UCS_OK;
+}
+
+void on_rendezvous_received(void* request, ucs_status_t status, size_t, void* user_data) {
+  std::unique_ptr<RecvOp> op(static_cast<RecvOp*>(user_data));
+  if (status == UCS_OK)
+    op->core->enqueue_notification(op->value);
+  else
+    log::error(std::string("ucx: receiving write_notify data failed: ") +
+               ucs_status_string(status));
+  ucp_request_free(request);
+}
+
+// write_notify(): the data lands at the address in the header, then the value is queued, so
+// a value is never seen before its bytes.
+ucs_status_t on_write_notify(void* arg, const void* header, size_t header_bytes, void* data,
+                             size_t data_bytes, const ucp_am_recv_param_t* param) {
+  auto* core = static_cast<UcxCore*>(arg);
+  const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  std::array<uint64_t, 2> fields{};
+  if (header_bytes != sizeof fields) {
+    log::error("ucx: dropped a malformed write_notify (" + std::to_string(header_bytes) +
+               " header bytes)");
+    return rendezvous ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  }
+  std::memcpy(fields.data(), header, sizeof fields);
+  const uintptr_t address = static_cast<uintptr_t>(fields[0]);
+  const uint64_t value = fields[1];
+  if (!core->contains_local_range(address, data_bytes)) {
+    log::error("ucx: dropped a write_notify of " + std::to_string(data_bytes) +
+               " bytes aimed outside every registered region");
+    return rendezvous ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  }
+  if (!rendezvous) {
+    std::memcpy(reinterpret_cast<void*>(address), data, data_bytes);
+    core->enqueue_notification(value);
+    return UCS_OK;
+  }
+  // Large message: UCP fetches the data straight into the target region.
+  auto op = std::make_unique<RecvOp>(RecvOp{core, value});
+  ucp_request_param_t recv_param{};
+  recv_param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  recv_param.cb.recv_am = on_rendezvous_received;
+  recv_param.user_data = op.get();
+  ucs_status_ptr_t request = ucp_am_recv_data_nbx(core->worker.get(), data,
+                                                  reinterpret_cast<void*>(address), data_bytes,
+                                                  &recv_param);
+  if (request == nullptr) {
+    core->enqueue_notification(value);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    log::error(std::string("ucx: receiving write_notify data failed: ") +
+               ucs_status_string(UCS_PTR_STATUS(request)));
+  } else {
+    op.release();  // owned by on_rendezvous_received
+  }
+  // The descriptor now belongs to ucp_am_recv_data_nbx.
+  return UCS_OK;
+}
+
+void set_handler(ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t callback,
+                 UcxCore* core) {
+  ucp_am_handler_param_t param{};
+  param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                     UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  param.id = id;
+  param.flags = UCP_AM_FLAG_WHOLE_MSG;
+  param.cb = callback;
+  param.arg = core;
+  const ucs_status_t status = ucp_worker_set_am_recv_handler(worker, &param);
+  if (status != UCS_OK) fail_status(Errc::transport, "registering an active-message handler", status);
+}
+
+}  // namespace
+
+void UcxCore::create_worker() {
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Our own mutex serialises all calls; UCS_THREAD_MODE_MULTI would add a second lock.
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucp_worker_h raw_worker = nullptr;
+  ucs_status_t status = ucp_worker_create(context.get(), &params, &raw_worker);
+  if (status != UCS_OK) fail_status(Errc::transport, "ucp_worker_create", status);
+  worker.reset(raw_worker);
+
+  status = ucp_worker_get_efd(worker.get(), &worker_fd);
+  if (status != UCS_OK) fail_status(Errc::transport, "ucp_worker_get_efd", status);
+  kick_fd.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (kick_fd.get() < 0) fail(Errc::transport, "ucx: eventfd failed");
+
+  ucp_address_t* raw_address = nullptr;
+  size_t address_bytes = 0;
+  status = ucp_worker_get_address(worker.get(), &raw_address, &address_bytes);
+  if (status != UCS_OK) fail_status(Errc::transport, "ucp_worker_get_address", status);
+  const auto* first = reinterpret_cast<const std::byte*>(raw_address);
+  worker_address.assign(first, first + address_bytes);
+  ucp_worker_release_address(worker.get(), raw_address);
+
+  set_handler(worker.get(), am_notify, on_notify, this);
+  set_handler(worker.get(), am_write_notify, on_write_notify, this);
+  set_handler(worker.get(), am_mailbox, on_mailbox, this);
+  set_handler(worker.get(), am_kick, on_kick, this);
+}
+
+}  // namespace pcoll::transport::ucx

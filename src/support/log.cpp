@@ -1,0 +1,62 @@
+// PCOLL_LOG levels. The threshold is read once; the rank prefix is set after bootstrap.
+#include "log.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+
+#include "env.hpp"
+
+namespace pcoll::log {
+namespace {
+
+std::atomic<int> g_rank{-1};  // documented global: the process's rank for log prefixes
+
+Level read_threshold() {
+  const std::string value =
+      env::get_choice("PCOLL_LOG", "warn", {"error", "warn", "info", "debug", "trace"});
+  if (value == "error") return Level::error;
+  if (value == "info") return Level::info;
+  if (value == "debug") return Level::debug;
+  if (value == "trace") return Level::trace;
+  return Level::warn;
+}
+
+const char* level_name(Level level) {
+  switch (level) {
+    case Level::error: return "error";
+    case Level::warn: return "warn";
+    case Level::info: return "info";
+    case Level::debug: return "debug";
+    case Level::trace: return "trace";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Level threshold() {
+  static const Level level = read_threshold();
+  return level;
+}
+
+bool enabled(Level level) { return static_cast<int>(level) <= static_cast<int>(threshold()); }
+
+void set_rank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
+
+void write(Level level, const std::string& message) {
+  Level limit = Level::warn;
+  try {
+    limit = threshold();
+  } catch (...) {
+    // An invalid PCOLL_LOG is reported by pcoll_init; logging itself must not throw.
+  }
+  if (static_cast<int>(level) > static_cast<int>(limit)) return;
+  const int rank = g_rank.load(std::memory_order_relaxed);
+  if (rank >= 0)
+    std::fprintf(stderr, "pcoll[%d] %s: %s\n", rank, level_name(level), message.c_str());
+  else
+    std::fprintf(stderr, "pcoll %s: %s\n", level_name(level), message.c_str());
+}
+
+}  // namespace pcoll::log

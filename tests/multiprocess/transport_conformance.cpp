@@ -1,0 +1,497 @@
+// Transport conformance suite: the rules of providers/transport.hpp, checked across real
+// processes. One program, every rank runs every case in the same order:
+//
+//   pcollrun -n 2..4 tests/transport_conformance          (PCOLL_PROVIDER picks the provider)
+//
+// Ranks exchange addresses and region keys through pcoll::bootstrap::from_environment(). A
+// ProgressDriver runs on every rank for the whole suite, as it does under the collectives;
+// checks use CHECK (not REQUIRE) inside collective phases so that a failure on one rank does
+// not leave the others waiting at a barrier. PCOLL_TEST_ATOMICS scales the contention cases.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap.hpp"
+#include "env.hpp"
+#include "error.hpp"
+#include "progress_driver.hpp"
+#include "registry.hpp"
+#include "transport.hpp"
+
+using namespace std::chrono_literals;
+using pcoll::Errc;
+using pcoll::Error;
+using pcoll::transport::LocalRegion;
+using pcoll::transport::RemoteRegion;
+using pcoll::transport::Transport;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct World {
+  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<pcoll::transport::ProgressDriver> driver;
+  int rank = 0;
+  int size = 1;
+};
+World* world = nullptr;
+
+Transport& tp() { return *world->transport; }
+void barrier() { world->boot->barrier(); }
+int right() { return (world->rank + 1) % world->size; }
+int left() { return (world->rank + world->size - 1) % world->size; }
+
+// Every rank's key for `region`, imported: result[r] is rank r's region.
+std::vector<std::unique_ptr<RemoteRegion>> exchange(const LocalRegion& region) {
+  const auto key = region.remote_key();
+  const auto keys = world->boot->allgather(key);
+  std::vector<std::unique_ptr<RemoteRegion>> remote;
+  for (int r = 0; r < world->size; ++r) remote.push_back(tp().import_region(r, keys[r]));
+  return remote;
+}
+
+// Allgather of a vector of u64 (one per rank).
+std::vector<std::vector<uint64_t>> allgather_u64(const std::vector<uint64_t>& mine) {
+  std::vector<std::byte> blob(mine.size() * sizeof(uint64_t));
+  if (!mine.empty()) std::memcpy(blob.data(), mine.data(), blob.size());
+  const auto blobs = world->boot->allgather(blob);
+  std::vector<std::vector<uint64_t>> out;
+  for (const auto& b : blobs) {
+    std::vector<uint64_t> values(b.size() / sizeof(uint64_t));
+    if (!values.empty()) std::memcpy(values.data(), b.data(), values.size() * sizeof(uint64_t));
+    out.push_back(std::move(values));
+  }
+  return out;
+}
+
+// Deterministic bytes both sides can compute: a function of (writer, round, index).
+uint8_t pattern(int writer, size_t round, size_t index) {
+  uint64_t x = (static_cast<uint64_t>(writer) << 48) ^ (round * 0x9E3779B97F4A7C15ull) ^ index;
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return static_cast<uint8_t>(x);
+}
+
+void fill(std::span<std::byte> bytes, int writer, size_t round) {
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte{pattern(writer, round, i)};
+}
+
+// Index of the first byte that differs from the pattern, or SIZE_MAX.
+size_t first_mismatch(std::span<const std::byte> bytes, int writer, size_t round) {
+  for (size_t i = 0; i < bytes.size(); ++i)
+    if (bytes[i] != std::byte{pattern(writer, round, i)}) return i;
+  return SIZE_MAX;
+}
+
+std::vector<size_t> write_sizes() {
+  std::vector<size_t> sizes = {0};
+  for (size_t s = 1; s <= (size_t{16} << 20); s *= 2) sizes.push_back(s);
+  for (size_t odd : {size_t{3}, size_t{7}, size_t{63}, size_t{65}, size_t{255}, size_t{257},
+                     size_t{4095}, size_t{4097}, size_t{65537}, size_t{1000003},
+                     (size_t{16} << 20) - 1})
+    sizes.push_back(odd);
+  return sizes;
+}
+
+constexpr size_t kSrcOffset = 3;   // unaligned on purpose
+constexpr size_t kDstOffset = 5;
+constexpr size_t kSlack = 64;
+constexpr std::byte kGuard{0xEE};
+
+// Waits (through the transport) for one notification; nullopt after `timeout`.
+std::optional<uint64_t> next_notification(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  uint64_t value = 0;
+  for (;;) {
+    if (tp().poll({&value, 1}) == 1) return value;
+    const auto now = Clock::now();
+    if (now >= deadline) return std::nullopt;
+    tp().wait(std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
+  }
+}
+
+uint64_t notify_mask() {
+  const unsigned bits = tp().capabilities().notify_bits;
+  return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+}
+
+size_t atomics_per_rank() {
+  return pcoll::env::get_u64("PCOLL_TEST_ATOMICS", 10000, 1, 100000000);
+}
+
+uint64_t read_word(const LocalRegion& region, size_t offset) {
+  uint64_t value = 0;
+  std::memcpy(&value, region.bytes().data() + offset, sizeof value);
+  return value;
+}
+
+}  // namespace
+
+TEST_CASE("write delivers every byte for sizes 0 B to 16 MiB at unaligned offsets") {
+  const size_t max_bytes = size_t{16} << 20;
+  auto src = tp().allocate(max_bytes + kSlack);
+  auto dst = tp().allocate(max_bytes + kSlack);
+  const auto remote = exchange(*dst);
+  const auto sizes = write_sizes();
+  for (size_t round = 0; round < sizes.size(); ++round) {
+    const size_t bytes = sizes[round];
+    CAPTURE(bytes);
+    std::memset(dst->bytes().data(), static_cast<int>(kGuard), bytes + kDstOffset + 1);
+    fill(src->bytes().subspan(kSrcOffset, bytes), world->rank, round);
+    barrier();  // every target has reset its guard bytes
+    tp().write(*src, kSrcOffset, *remote[right()], kDstOffset, bytes);
+    tp().flush();
+    barrier();  // every write is flushed: visible at its target
+    const auto got = dst->bytes().subspan(kDstOffset, bytes);
+    CHECK(first_mismatch(got, left(), round) == SIZE_MAX);
+    CHECK(dst->bytes()[kDstOffset - 1] == kGuard);
+    CHECK(dst->bytes()[kDstOffset + bytes] == kGuard);
+  }
+  barrier();
+}
+
+TEST_CASE("write_notify delivers its value only after every byte is visible") {
+  const size_t max_bytes = size_t{16} << 20;
+  auto src = tp().allocate(max_bytes + kSlack);
+  auto dst = tp().allocate(max_bytes + kSlack);
+  std::memset(dst->bytes().data(), static_cast<int>(kGuard), dst->bytes().size());
+  const auto remote = exchange(*dst);
+  const auto sizes = write_sizes();
+  const uint64_t tag = 0x5EED0000u;
+  for (size_t round = 0; round < sizes.size(); ++round) {
+    const size_t bytes = sizes[round];
+    CAPTURE(bytes);
+    fill(src->bytes().subspan(kSrcOffset, bytes), world->rank, round);
+    tp().write_notify(*src, kSrcOffset, *remote[right()], kDstOffset, bytes, tag + round);
+    // No barrier between the notification and the check: the value must imply the data.
+    const auto value = next_notification(20s);
+    REQUIRE(value.has_value());
+    CHECK(*value == ((tag + round) & notify_mask()));
+    CHECK(first_mismatch(dst->bytes().subspan(kDstOffset, bytes), left(), round) == SIZE_MAX);
+    CHECK(dst->bytes()[kDstOffset + bytes] == kGuard);
+    std::memset(dst->bytes().data() + kDstOffset, static_cast<int>(kGuard), bytes);
+    tp().flush();
+    barrier();  // targets have checked and reset before the next round writes
+  }
+}
+
+TEST_CASE("notification values are delivered exactly once and unaltered") {
+  // Every rank sends `per_peer` values to every rank (itself included), half with notify()
+  // and half with 0-byte write_notify(); values carry (sender, kind, sequence) plus
+  // high bits that must survive.
+  const size_t per_peer = 2000;
+  auto src = tp().allocate(64);
+  auto dst = tp().allocate(64);
+  const auto remote = exchange(*dst);
+  const uint64_t mask = notify_mask();
+  auto encode = [&](uint64_t sender, uint64_t kind, uint64_t seq) {
+    const uint64_t low = (sender << 24) | (kind << 23) | seq;  // fits 32 bits
+    return (low | (0xA5C3ull << 48)) & mask;
+  };
+  for (size_t seq = 0; seq < per_peer; ++seq) {
+    for (int peer = 0; peer < world->size; ++peer) {
+      const uint64_t kind = seq % 2;
+      const uint64_t value = encode(static_cast<uint64_t>(world->rank), kind, seq);
+      if (kind == 0) tp().notify(peer, value);
+      else tp().write_notify(*src, 0, *remote[peer], 0, 0, value);
+    }
+  }
+  tp().flush();
+
+  std::map<uint64_t, int> seen;
+  const size_t expected = per_peer * static_cast<size_t>(world->size);
+  size_t received = 0;
+  while (received < expected) {
+    const auto value = next_notification(20s);
+    if (!value) break;
+    ++seen[*value];
+    ++received;
+  }
+  CHECK(received == expected);
+  barrier();
+  // Nothing extra arrives afterwards (no duplicates).
+  CHECK_FALSE(next_notification(200ms).has_value());
+  size_t wrong = 0;
+  for (int sender = 0; sender < world->size; ++sender)
+    for (size_t seq = 0; seq < per_peer; ++seq)
+      if (seen[encode(static_cast<uint64_t>(sender), seq % 2, seq)] != 1) ++wrong;
+  CHECK(wrong == 0);
+  CHECK(seen.size() == expected);
+  barrier();
+}
+
+TEST_CASE("fetch_add under contention gives the exact total") {
+  const size_t count = atomics_per_rank();
+  auto word = tp().allocate(64);
+  const auto remote = exchange(*word);
+  barrier();
+  uint64_t previous = 0;
+  bool increasing = true;
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t old_value = tp().fetch_add(*remote[0], 8, 1);
+    if (i > 0 && old_value <= previous) increasing = false;
+    previous = old_value;
+  }
+  CHECK(increasing);
+  barrier();
+  if (world->rank == 0) CHECK(read_word(*word, 8) == count * static_cast<size_t>(world->size));
+  barrier();
+}
+
+TEST_CASE("compare_swap lock protects a plain counter") {
+  // A spin lock taken with compare_swap(0 -> rank+1) guards a counter read with an atomic
+  // read and written back with a plain RMA write + flush; lost updates mean a broken lock
+  // or a write that became visible after the release.
+  const size_t rounds = std::max<size_t>(1, atomics_per_rank() / 50);
+  auto memory = tp().allocate(64);
+  auto value_src = tp().allocate(64);
+  const auto remote = exchange(*memory);
+  const RemoteRegion& home = *remote[0];
+  const uint64_t me = static_cast<uint64_t>(world->rank) + 1;
+  barrier();
+  bool exclusive = true;
+  for (size_t i = 0; i < rounds; ++i) {
+    while (tp().compare_swap(home, 0, 0, me) != 0) {
+    }
+    const uint64_t counter = tp().compare_swap(home, 8, ~uint64_t{0}, 0);  // atomic read
+    const uint64_t next = counter + 1;
+    std::memcpy(value_src->bytes().data(), &next, sizeof next);
+    tp().write(*value_src, 0, home, 8, sizeof next);
+    tp().flush();
+    if (tp().swap(home, 0, 0) != me) exclusive = false;
+  }
+  CHECK(exclusive);
+  barrier();
+  if (world->rank == 0) {
+    CHECK(read_word(*memory, 8) == rounds * static_cast<size_t>(world->size));
+    CHECK(read_word(*memory, 0) == 0);
+  }
+  barrier();
+}
+
+TEST_CASE("swap returns each previous value exactly once") {
+  const size_t count = std::max<size_t>(1, atomics_per_rank() / 10);
+  auto word = tp().allocate(64);
+  const auto remote = exchange(*word);
+  barrier();
+  std::vector<uint64_t> olds;
+  olds.reserve(count);
+  for (size_t i = 0; i < count; ++i)
+    olds.push_back(tp().swap(*remote[0], 16, (static_cast<uint64_t>(world->rank) << 32) | (i + 1)));
+  const auto all = allgather_u64(olds);
+  if (world->rank == 0) {
+    // Initial 0 plus every written value, each seen once: as someone's old value or final.
+    std::map<uint64_t, int> seen;
+    for (const auto& list : all)
+      for (uint64_t v : list) ++seen[v];
+    ++seen[read_word(*word, 16)];
+    size_t wrong = 0;
+    if (seen[0] != 1) ++wrong;
+    for (int r = 0; r < world->size; ++r)
+      for (size_t i = 0; i < count; ++i)
+        if (seen[(static_cast<uint64_t>(r) << 32) | (i + 1)] != 1) ++wrong;
+    CHECK(wrong == 0);
+    CHECK(seen.size() == count * static_cast<size_t>(world->size) + 1);
+  }
+  barrier();
+}
+
+TEST_CASE("atomic_max keeps the largest value and returns non-decreasing old values") {
+  const size_t count = std::max<size_t>(1, atomics_per_rank() / 10);
+  auto word = tp().allocate(64);
+  const auto remote = exchange(*word);
+  barrier();
+  uint64_t largest_sent = 0;
+  uint64_t previous_old = 0;
+  bool monotonic = true;
+  for (size_t i = 0; i < count; ++i) {
+    // Interleaved sequences: values from different ranks overtake each other.
+    const uint64_t value = (i * 7919 + static_cast<uint64_t>(world->rank) * 104729) % 1000003 + 1;
+    largest_sent = std::max(largest_sent, value);
+    const uint64_t old_value = tp().atomic_max(*remote[0], 24, value);
+    if (old_value < previous_old) monotonic = false;
+    previous_old = old_value;
+  }
+  CHECK(monotonic);
+  const auto all = allgather_u64({largest_sent});
+  if (world->rank == 0) {
+    uint64_t expected = 0;
+    for (const auto& v : all) expected = std::max(expected, v[0]);
+    CHECK(read_word(*word, 24) == expected);
+  }
+  barrier();
+}
+
+TEST_CASE("a sleeping target completes writes and atomics through its progress driver") {
+  // Each initiator writes its own slice; the words after the slices take the atomics.
+  const size_t bytes = 256 << 10;
+  const size_t words_at = bytes * static_cast<size_t>(world->size);
+  auto src = tp().allocate(bytes);
+  auto dst = tp().allocate(words_at + 64);
+  const auto remote = exchange(*dst);
+  fill(src->bytes(), world->rank, 777);
+  barrier();
+  if (world->rank == 0) {
+    std::this_thread::sleep_for(2s);  // application busy: only the driver progresses
+  } else {
+    const auto start = Clock::now();
+    tp().write(*src, 0, *remote[0], bytes * static_cast<size_t>(world->rank), bytes);
+    tp().flush();
+    tp().fetch_add(*remote[0], words_at, 1);
+    tp().compare_swap(*remote[0], words_at + 8, 0, 1);
+    const auto elapsed_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    CAPTURE(elapsed_ms);
+    CHECK(elapsed_ms < 1000);
+  }
+  barrier();
+  if (world->rank == 0) {
+    CHECK(read_word(*dst, words_at) == static_cast<uint64_t>(world->size - 1));
+    for (int r = 1; r < world->size; ++r)
+      CHECK(first_mismatch(dst->bytes().subspan(bytes * static_cast<size_t>(r), bytes), r, 777) ==
+            SIZE_MAX);
+  }
+  barrier();
+}
+
+TEST_CASE("out-of-bounds and misaligned accesses are refused on the initiator") {
+  auto local = tp().allocate(256);
+  auto region = tp().allocate(128);
+  const auto remote = exchange(*region);
+  const RemoteRegion& target = *remote[right()];
+  auto code_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::pair{e.code(), std::string(e.what())};
+    }
+    return std::pair{Errc::ok, std::string()};
+  };
+  const auto past_end = code_of([&] { tp().write(*local, 0, target, 100, 29); });
+  CHECK(past_end.first == Errc::invalid_argument);
+  CHECK(past_end.second.find("rank " + std::to_string(right())) != std::string::npos);
+  CHECK(past_end.second.find("128") != std::string::npos);
+  CHECK(code_of([&] { tp().write(*local, 0, target, 128, 1); }).first == Errc::invalid_argument);
+  CHECK(code_of([&] { tp().write(*local, 0, target, SIZE_MAX, 2); }).first == Errc::invalid_argument);
+  CHECK(code_of([&] { tp().write(*local, 250, target, 0, 7); }).first == Errc::invalid_argument);
+  CHECK(code_of([&] { tp().write_notify(*local, 0, target, 129, 0, 1); }).first ==
+        Errc::invalid_argument);
+  CHECK(code_of([&] { tp().fetch_add(target, 124, 1); }).first == Errc::invalid_argument);
+  CHECK(code_of([&] { tp().fetch_add(target, 128, 1); }).first == Errc::invalid_argument);
+  CHECK(code_of([&] { tp().compare_swap(target, 4, 0, 1); }).first == Errc::invalid_argument);
+  CHECK(code_of([&] { tp().notify(world->size, 1); }).first == Errc::invalid_argument);
+  // In bounds, right at the end: allowed.
+  CHECK(code_of([&] { tp().write(*local, 0, target, 100, 28); }).first == Errc::ok);
+  CHECK(code_of([&] { tp().fetch_add(target, 120, 0); }).first == Errc::ok);
+  // Malformed and foreign keys.
+  std::vector<std::byte> junk(12, std::byte{0x42});
+  CHECK(code_of([&] { tp().import_region(right(), junk); }).first == Errc::protocol);
+  if (world->size > 1) {
+    const auto key = region->remote_key();
+    CHECK(code_of([&] { tp().import_region(right(), key); }).first == Errc::protocol);
+  }
+  tp().flush();
+  barrier();
+}
+
+TEST_CASE("bad selectors and udp are refused with a message") {
+  const pcoll::transport::Options options;
+  auto message_of = [&](const std::string& selector, Errc expected) {
+    try {
+      pcoll::providers::create(selector, options);
+    } catch (const Error& e) {
+      CHECK(e.code() == expected);
+      return std::string(e.what());
+    }
+    FAIL("selector '" << selector << "' was accepted");
+    return std::string();
+  };
+  const auto unknown = message_of("ofi:bogus", Errc::invalid_argument);
+  CHECK(unknown.find("bogus") != std::string::npos);
+  CHECK(unknown.find("ofi:shm") != std::string::npos);
+  const auto udp = message_of("ofi:udp", Errc::unsupported);
+  CHECK(udp.find("udp") != std::string::npos);
+  CHECK(udp.find("ofi:tcp") != std::string::npos);
+  CHECK(message_of("ofi:udp;ofi_rxd", Errc::unsupported).find("rxd") != std::string::npos);
+  CHECK(message_of("carrier-pigeon", Errc::invalid_argument).find("carrier-pigeon") !=
+        std::string::npos);
+}
+
+TEST_CASE("an unresponsive target gives Errc::timeout naming the rank") {
+  // A second transport per rank whose owner never progresses it (no driver, no polls on
+  // the target side). Only meaningful where the target must progress.
+  if (world->size < 2 || !tp().capabilities().target_progress) return;
+  pcoll::transport::Options options;
+  options.timeout = 300ms;
+  auto quiet = pcoll::providers::create(tp().capabilities().name, options);
+  const auto addresses = world->boot->allgather(quiet->address());
+  quiet->connect(world->rank, addresses);
+  auto region = quiet->allocate(64);
+  const auto keys = world->boot->allgather(region->remote_key());
+  if (world->rank == 0) {
+    auto target = quiet->import_region(1, keys[1]);
+    const auto start = Clock::now();
+    try {
+      quiet->fetch_add(*target, 0, 1);
+      FAIL("fetch_add on a rank that never progresses completed");
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::timeout);
+      CHECK(std::string(e.what()).find("rank 1") != std::string::npos);
+    }
+    CHECK(Clock::now() - start < 5s);
+  }
+  barrier();
+}
+
+int main(int argc, char** argv) {
+  World w;
+  try {
+    w.boot = pcoll::bootstrap::from_environment();
+    w.rank = w.boot->rank();
+    w.size = w.boot->size();
+    pcoll::transport::Options options;
+    options.timeout = std::chrono::milliseconds(pcoll::env::default_timeout_ms());
+    w.transport = pcoll::providers::create("", options);
+    const auto addresses = w.boot->allgather(w.transport->address());
+    w.transport->connect(w.rank, addresses);
+    w.driver = std::make_unique<pcoll::transport::ProgressDriver>(*w.transport);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "transport_conformance: setup failed: %s\n", e.what());
+    return 2;
+  }
+  world = &w;
+  if (w.rank == 0)
+    std::printf("transport_conformance: %s (%s, domain %s), %d ranks\n",
+                w.transport->capabilities().name.c_str(),
+                w.transport->capabilities().provider.c_str(),
+                w.transport->capabilities().domain.c_str(), w.size);
+  doctest::Context context(argc, argv);
+  const int rc = context.run();
+  try {
+    w.boot->barrier();  // nobody tears down while a peer still targets it
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "transport_conformance: final barrier: %s\n", e.what());
+  }
+  const std::string driver_error = w.driver->error();
+  w.driver.reset();
+  if (!driver_error.empty()) {
+    std::fprintf(stderr, "transport_conformance: progress driver failed: %s\n",
+                 driver_error.c_str());
+    return rc != 0 ? rc : 3;
+  }
+  return rc;
+}

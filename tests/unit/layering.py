@@ -1,0 +1,82 @@
+"""The layering, checked against the build itself: every source file of a layer is compiled
+with the include directories of that layer and the layers below it only (read from
+compile_commands.json), and every quoted #include in it names a header that one of those
+layers holds. A backwards include therefore cannot compile, and a meson.build that widens
+a layer's include path fails here."""
+import json
+import os
+import re
+import sys
+
+# Layer -> the layers (source folders) whose headers it may include.
+ALLOWED = {
+    "src/support": {"src/support"},
+    "src/transport": {"src/transport", "src/support"},
+    "src/providers/ofi": {"src/providers/ofi", "src/transport", "src/support"},
+    "src/providers/ucx": {"src/providers/ucx", "src/transport", "src/support"},
+    "src/providers": {"src/providers", "src/providers/ofi", "src/providers/ucx", "src/transport", "src/support"},
+    "src/bootstrap": {"src/bootstrap", "src/support"},
+    "src/collectives": {"src/collectives", "src/transport", "src/bootstrap", "src/support", "include"},
+    "src/api": {"src/api", "src/collectives", "src/providers", "src/providers/ofi", "src/providers/ucx",
+                "src/transport", "src/bootstrap", "src/support", "include"},
+    "src/bootstrap/mpi": {"src/bootstrap/mpi", "include"},
+}
+
+
+def layer_of(path, source_root):
+    rel = os.path.relpath(path, source_root)
+    best = None
+    for layer in ALLOWED:
+        if rel == layer or rel.startswith(layer + "/"):
+            if best is None or len(layer) > len(best):
+                best = layer
+    return best
+
+
+def main():
+    build_dir, source_root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    with open(os.path.join(build_dir, "compile_commands.json")) as f:
+        commands = json.load(f)
+    headers = {}  # header file name -> layer folder
+    for layer in ALLOWED:
+        folder = os.path.join(source_root, layer)
+        for name in os.listdir(folder):
+            if name.endswith((".hpp", ".h")):
+                headers[name] = layer
+    errors = []
+    checked = 0
+    for entry in commands:
+        source = os.path.normpath(os.path.join(entry["directory"], entry["file"]))
+        layer = layer_of(source, source_root)
+        if layer is None:
+            continue
+        checked += 1
+        allowed = ALLOWED[layer]
+        for flag in re.findall(r"-I(\S+)", entry["command"]):
+            inc = os.path.normpath(os.path.join(entry["directory"], flag))
+            for root in (source_root, build_dir):
+                rel = os.path.relpath(inc, root)
+                if rel.startswith("src") or rel == "include":
+                    if rel not in allowed and not rel.endswith(".p"):
+                        errors.append(f"{os.path.relpath(source, source_root)} ({layer}) is compiled with -I{rel}")
+        with open(source) as f:
+            for number, line in enumerate(f, 1):
+                m = re.match(r'#include "([^"]+)"', line)
+                if not m:
+                    continue
+                name = m.group(1)
+                owner = headers.get(os.path.basename(name)) if "/" not in name or name.startswith("pcoll/") else None
+                if name.startswith("pcoll/"):
+                    owner = "include"
+                if owner is not None and owner not in allowed:
+                    errors.append(f"{os.path.relpath(source, source_root)}:{number} ({layer}) includes {name} of {owner}")
+    if checked < 20:
+        errors.append(f"only {checked} layer sources found in compile_commands.json: is this the right build?")
+    for e in errors:
+        print("layering:", e)
+    print(f"layering: {checked} sources checked, {len(errors)} violations")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
