@@ -26,7 +26,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "compare_ucx.sh: -r '$repeats' is not a positive count" >&2; exit 2; }
 pingpong="$build/perf/pcoll_pingpong"
-pcollrun="$build/util/pcollrun"
+pcollrun="$build/tools/pcollrun"
 for tool in "$pingpong" "$pcollrun"; do
   [[ -x "$tool" ]] || { echo "compare_ucx.sh: $tool not found; build first (scripts/build.sh) or pass -B" >&2; exit 2; }
 done

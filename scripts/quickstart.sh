@@ -8,9 +8,9 @@ bash scripts/install-deps.sh
 bash scripts/build.sh
 echo
 echo "== pcoll_pingpong: write_notify latency and streaming bandwidth, default provider (2 ranks)"
-timeout 120 build/util/pcollrun -n 2 build/perf/pcoll_pingpong -S 8 -I 5000
-timeout 120 build/util/pcollrun -n 2 build/perf/pcoll_pingpong -S 1M -I 2000 --bw
+timeout 120 build/tools/pcollrun -n 2 build/perf/pcoll_pingpong -S 8 -I 5000
+timeout 120 build/tools/pcollrun -n 2 build/perf/pcoll_pingpong -S 1M -I 2000 --bw
 echo
 echo "== pcoll_imbalance: 4 ranks, each step two random ranks compute 16 ms longer than 20 ms"
-timeout 180 build/util/pcollrun -n 4 build/perf/pcoll_imbalance --model paper --compute-ms 20 --delay-ms 16 \
+timeout 180 build/tools/pcollrun -n 4 build/perf/pcoll_imbalance --model paper --compute-ms 20 --delay-ms 16 \
   --steps 100 --modes sync,solo,majority
