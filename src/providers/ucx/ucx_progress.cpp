@@ -61,7 +61,11 @@ void UcxCore::kick_sleeper() {
 
 unsigned UcxCore::progress_locked() {
   const uint64_t activity_before = activity_seq_;
-  const unsigned events = ucp_worker_progress(worker.get()) + static_cast<unsigned>(mailbox.drain());
+  unsigned events = ucp_worker_progress(worker.get()) + static_cast<unsigned>(mailbox.drain());
+  if (!deferred_notifies_.empty()) {
+    send_deferred_notifies();
+    ++events;
+  }
   if (events > 0) ++activity_seq_;
   if (activity_seq_ != activity_before) {
     // Wake the sleeper only if what it waits for may now hold: a notification waiter does not

@@ -76,7 +76,10 @@ void on_send_complete(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
-// Second half of a large write_notify: the put is remotely complete, send the value.
+// Second half of a large write_notify: the put is remotely complete, the value may go. This
+// runs inside ucp_worker_progress(), possibly while UCX dispatches this very endpoint's
+// pending queue: sending from here trips UCX's arbiter assertion (seen with 200 MB vectors
+// on shared memory), so the message is only queued and sent after progress returns.
 void on_flush_then_notify(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<SendOp*>(user_data);
   UcxCore* core = op->core;
@@ -86,18 +89,35 @@ void on_flush_then_notify(void* request, ucs_status_t status, void* user_data) {
     return;
   }
   Peer& p = *core->peers[static_cast<size_t>(op->peer)];
-  if (status == UCS_OK) p.puts_flushed = std::max(p.puts_flushed, op->puts_posted);
   if (status == UCS_OK && p.ep) {
-    const ucp_request_param_t param = send_param(op);
-    ucs_status_ptr_t next =
-        ucp_am_send_nbx(p.ep, am_notify, op->header.data(), sizeof(uint64_t), nullptr, 0, &param);
-    if (UCS_PTR_IS_PTR(next)) return;  // still in flight: on_send_complete finishes it
-    status = UCS_PTR_STATUS(next);
+    p.puts_flushed = std::max(p.puts_flushed, op->puts_posted);
+    core->defer_notify(op);  // still counted in sends_in_flight
+    return;
   }
   --p.sends_in_flight;
   if (status != UCS_OK && status != UCS_ERR_CANCELED)
     core->record_failure(p, status, "a write_notify failed");
   core->release_send_op(op);
+}
+
+void UcxCore::send_deferred_notifies() {
+  // Sending may run callbacks that defer more: take the list first.
+  std::vector<SendOp*> ready;
+  ready.swap(deferred_notifies_);
+  for (SendOp* op : ready) {
+    Peer& p = *peers[static_cast<size_t>(op->peer)];
+    ucs_status_t status = UCS_ERR_CANCELED;  // the endpoint was closed meanwhile
+    if (p.ep) {
+      const ucp_request_param_t param = send_param(op);
+      ucs_status_ptr_t next =
+          ucp_am_send_nbx(p.ep, am_notify, op->header.data(), sizeof(uint64_t), nullptr, 0, &param);
+      if (UCS_PTR_IS_PTR(next)) continue;  // in flight: on_send_complete finishes it
+      status = UCS_PTR_STATUS(next);
+    }
+    --p.sends_in_flight;
+    if (status != UCS_OK && status != UCS_ERR_CANCELED) record_failure(p, status, "a write_notify failed");
+    release_send_op(op);
+  }
 }
 
 void on_blocking_complete(void* request, ucs_status_t status, void* user_data) {

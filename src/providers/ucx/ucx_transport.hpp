@@ -251,6 +251,12 @@ class UcxCore {
   bool has_notifications() const { return !notifications_.empty(); }
   uint64_t activity_seq() const { return activity_seq_; }
 
+  // Notifications whose put was flushed inside ucp_worker_progress(): their active message
+  // goes out once progress has returned, since UCP callbacks must not start communication
+  // on the endpoint being progressed (UCX asserts on its arbiter). Lock held.
+  void defer_notify(SendOp* op) { deferred_notifies_.push_back(op); }
+  void send_deferred_notifies();
+
   // Send-op pool and completion bookkeeping (lock held).
   SendOp* acquire_send_op(int peer);
   void release_send_op(SendOp* op);
@@ -288,6 +294,7 @@ class UcxCore {
   void kick_sleeper();
 
   std::vector<SendOp*> free_send_ops_;
+  std::vector<SendOp*> deferred_notifies_;
   std::deque<uint64_t> notifications_;
   std::map<uintptr_t, size_t> local_ranges_;
   mutable std::pair<uintptr_t, size_t> last_range_{0, 0};  // last range a lookup matched
