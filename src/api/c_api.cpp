@@ -149,7 +149,7 @@ int pcoll_barrier(pcoll_comm_t* comm) {
   return guarded("pcoll_barrier", [&] {
     require(comm != nullptr, "comm is NULL");
     comm->comm->check_failed();
-    comm->comm->boot().barrier();
+    comm->comm->barrier(comm->comm->timeout());
   });
 }
 
@@ -158,7 +158,7 @@ int pcoll_finalize(pcoll_comm_t* comm) {
   return guarded("pcoll_finalize", [&] {
     require(comm != nullptr, "comm is NULL");
     // Nobody tears down its endpoint while a peer may still be talking to it.
-    if (!owned->comm->failed()) owned->comm->boot().barrier();
+    if (!owned->comm->failed()) owned->comm->barrier(owned->comm->timeout());
     owned.reset();
   });
 }
@@ -167,42 +167,53 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
                            pcoll_mode_t mode, const pcoll_allreduce_opts_t* opts,
                            pcoll_allreduce_t** handle) {
   return guarded("pcoll_allreduce_create", [&] {
-    require(handle != nullptr, "handle is NULL");
-    *handle = nullptr;
     require(comm != nullptr, "comm is NULL");
+    if (handle != nullptr) *handle = nullptr;
+    // Argument checks do not return early: the collective creation reports the first bad
+    // argument of any rank on every rank (a rank that returned alone would leave the
+    // others waiting for it).
+    std::string invalid;
+    auto check = [&](bool ok, const std::string& message) {
+      if (!ok && invalid.empty()) invalid = message;
+    };
+    check(handle != nullptr, "handle is NULL");
     const int raw_mode = raw_value(mode);
-    require(raw_mode >= PCOLL_MODE_SYNC && raw_mode <= PCOLL_MODE_MAJORITY,
-            "mode " + std::to_string(raw_mode) +
-                " is not PCOLL_MODE_SYNC, PCOLL_MODE_SOLO or PCOLL_MODE_MAJORITY");
+    check(raw_mode >= PCOLL_MODE_SYNC && raw_mode <= PCOLL_MODE_MAJORITY,
+          "mode " + std::to_string(raw_mode) + " is not PCOLL_MODE_SYNC, PCOLL_MODE_SOLO or PCOLL_MODE_MAJORITY");
     const int raw_dtype = raw_value(dtype);
-    require(raw_dtype >= PCOLL_FLOAT32 && raw_dtype <= PCOLL_FLOAT16,
-            "dtype " + std::to_string(raw_dtype) + " is not a pcoll_dtype_t (PCOLL_FLOAT32 .. PCOLL_FLOAT16)");
+    check(raw_dtype >= PCOLL_FLOAT32 && raw_dtype <= PCOLL_FLOAT16,
+          "dtype " + std::to_string(raw_dtype) + " is not a pcoll_dtype_t (PCOLL_FLOAT32 .. PCOLL_FLOAT16)");
     const int raw_op = raw_value(op);
-    require(raw_op >= PCOLL_OP_SUM && raw_op <= PCOLL_OP_MAX,
-            "op " + std::to_string(raw_op) + " is not PCOLL_OP_SUM, _AVG, _MIN or _MAX");
+    check(raw_op >= PCOLL_OP_SUM && raw_op <= PCOLL_OP_MAX,
+          "op " + std::to_string(raw_op) + " is not PCOLL_OP_SUM, _AVG, _MIN or _MAX");
     pcoll::AllreduceConfig config;
     config.count = count;
-    config.dtype = static_cast<pcoll_dtype_t>(raw_dtype);
-    config.op = static_cast<pcoll_op_t>(raw_op);
-    config.mode = static_cast<pcoll_mode_t>(raw_mode);
+    config.dtype = invalid.empty() ? static_cast<pcoll_dtype_t>(raw_dtype) : PCOLL_FLOAT32;
+    config.op = invalid.empty() ? static_cast<pcoll_op_t>(raw_op) : PCOLL_OP_SUM;
+    config.mode = invalid.empty() ? static_cast<pcoll_mode_t>(raw_mode) : PCOLL_MODE_SYNC;
     pcoll_allreduce_opts_init(&config.opts);
     if (opts != nullptr) {
       const int raw_late = raw_value(opts->late);
-      require(raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP,
-              "opts.late = " + std::to_string(raw_late) + " is not PCOLL_LATE_CARRY or PCOLL_LATE_DROP");
-      config.opts = *opts;
+      check(raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP,
+            "opts.late = " + std::to_string(raw_late) + " is not PCOLL_LATE_CARRY or PCOLL_LATE_DROP");
+      if (raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP) config.opts = *opts;
     }
-    require(config.opts.max_lag <= 64, "opts.max_lag = " + std::to_string(config.opts.max_lag) +
-                                           " is above 64 (each unit of lag buffers one result)");
-    require(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");
-    if (config.opts.timeout_ms == 0) config.opts.timeout_ms = pcoll::env::default_timeout_ms();
-    config.chunk_bytes = pcoll::env::get_u64("PCOLL_CHUNK_BYTES", 256 * 1024, 4096, size_t{1} << 30);
-    config.rd_max_bytes = pcoll::env::get_u64("PCOLL_RD_MAX_BYTES", pcoll::kRabenseifnerMinBytes,
-                                              0, size_t{1} << 40);
+    check(config.opts.max_lag <= 64, "opts.max_lag = " + std::to_string(config.opts.max_lag) +
+                                         " is above 64 (each unit of lag buffers one result)");
+    check(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");
+    try {
+      if (config.opts.timeout_ms == 0) config.opts.timeout_ms = pcoll::env::default_timeout_ms();
+      config.chunk_bytes = pcoll::env::get_u64("PCOLL_CHUNK_BYTES", 256 * 1024, 4096, size_t{1} << 30);
+      config.rd_max_bytes = pcoll::env::get_u64("PCOLL_RD_MAX_BYTES", pcoll::kRabenseifnerMinBytes,
+                                                0, size_t{1} << 40);
+    } catch (const pcoll::Error& e) {
+      check(false, e.what());
+    }
+    if (config.opts.timeout_ms == 0) config.opts.timeout_ms = comm->comm->timeout().count();
     comm->comm->check_failed();
     auto made = std::make_unique<pcoll_allreduce>();
     made->comm = comm->comm;
-    made->handle = std::make_unique<pcoll::Allreduce>(*comm->comm, config);
+    made->handle = std::make_unique<pcoll::Allreduce>(*comm->comm, config, invalid);
     *handle = made.release();
   });
 }

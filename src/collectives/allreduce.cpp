@@ -67,6 +67,13 @@ struct Signature {
   uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, chunk_bytes, rd_max_bytes, handle;
   bool operator==(const Signature&) const = default;
 };
+// A rank's handle description at creation: its local outcome (0 or an Errc), the
+// signature, then its registration key (or, on failure, the reason).
+constexpr size_t kDescriptionBytes = sizeof(int32_t) + sizeof(Signature);
+
+std::chrono::milliseconds timeout_for(const AllreduceConfig& config) {
+  return std::chrono::milliseconds(config.opts.timeout_ms);
+}
 
 std::string describe(const Signature& s) {
   return "count=" + std::to_string(s.count) + " dtype=" +
@@ -80,17 +87,130 @@ std::string describe(const Signature& s) {
 
 }  // namespace
 
-Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config)
+Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config, const std::string& invalid_argument_here)
     : comm_(comm), transport_(comm.transport()), config_(config) {
   rank_ = comm.rank();
   size_ = comm.size();
+  // Everything that can fail on one rank alone is settled before the collective part and
+  // its outcome travels with this rank's description: a bad argument or a failed
+  // allocation on any rank becomes the same error on every rank, never a rank that returns
+  // while the others wait for it.
+  int status = 0;
+  std::string problem = invalid_argument_here;
+  if (!problem.empty()) {
+    status = static_cast<int>(Errc::invalid_argument);
+  } else {
+    try {
+      prepare();
+    } catch (const Error& e) {
+      status = static_cast<int>(e.code());
+      problem = e.what();
+    } catch (const std::bad_alloc&) {
+      status = static_cast<int>(Errc::out_of_memory);
+      problem = "out of memory for a handle of " + std::to_string(config.count) + " elements";
+    }
+  }
+
+  {
+    std::lock_guard lock(comm.engine_mutex());
+    id_ = comm.add_handle(this);
+  }
+  // Collective part: agree on the outcome and the configuration, and swap registration
+  // keys, in one agreement (over the transport: a straggler keeps the others waiting
+  // while its engine answers, a dead rank is named within the timeout).
+  const Signature mine{config.count, static_cast<uint64_t>(config.dtype),
+                       static_cast<uint64_t>(config.op), static_cast<uint64_t>(config.mode),
+                       static_cast<uint64_t>(config.opts.late), config.opts.max_lag,
+                       config.opts.sync_every, config.opts.seed, config.chunk_bytes,
+                       config.rd_max_bytes, id_};
+  const transport::Bytes key = status == 0 ? region_->remote_key() : transport::Bytes{};
+  const std::string_view payload_text = status == 0 ? std::string_view{} : std::string_view{problem};
+  const size_t payload = status == 0 ? key.size() : std::min(payload_text.size(), kAgreementBlobBytes - kDescriptionBytes);
+  std::vector<std::byte> blob(kDescriptionBytes + payload);
+  const auto status32 = static_cast<int32_t>(status);
+  std::memcpy(blob.data(), &status32, sizeof status32);
+  std::memcpy(blob.data() + sizeof(int32_t), &mine, sizeof mine);
+  if (status == 0) std::memcpy(blob.data() + kDescriptionBytes, key.data(), payload);
+  else std::memcpy(blob.data() + kDescriptionBytes, payload_text.data(), payload);
+  std::vector<std::vector<std::byte>> all;
+  try {
+    if (blob.size() > kAgreementBlobBytes)
+      fail(Errc::unsupported, "this provider's registration key (" + std::to_string(key.size()) +
+                                  " bytes) does not fit a handle description");
+    all = comm.agree(blob, timeout_for(config));
+  } catch (...) {
+    std::lock_guard lock(comm.engine_mutex());
+    comm.remove_handle(id_);
+    throw;
+  }
+  // Every rank reads the same blobs in the same order, so every rank reports the same
+  // error: first any rank's local failure (lowest rank first), then the first rank whose
+  // arguments differ from rank 0's.
+  std::string mismatch;
+  Errc agreed_failure = Errc::ok;
+  for (int r = 0; r < size_ && agreed_failure == Errc::ok; ++r) {
+    const auto& theirs_blob = all[static_cast<size_t>(r)];
+    int32_t their_status = 0;
+    if (theirs_blob.size() >= kDescriptionBytes) std::memcpy(&their_status, theirs_blob.data(), sizeof their_status);
+    if (theirs_blob.size() < kDescriptionBytes) {
+      agreed_failure = Errc::protocol;
+      mismatch = "rank " + std::to_string(r) + " sent a malformed handle description";
+    } else if (their_status != 0) {
+      agreed_failure = their_status > 0 && their_status <= static_cast<int>(Errc::internal) ? static_cast<Errc>(their_status)
+                                                                                            : Errc::protocol;
+      mismatch = "rank " + std::to_string(r) + ": " +
+                 std::string(reinterpret_cast<const char*>(theirs_blob.data()) + kDescriptionBytes,
+                             theirs_blob.size() - kDescriptionBytes);
+    }
+  }
+  Signature first{};
+  if (agreed_failure == Errc::ok) std::memcpy(&first, all[0].data() + sizeof(int32_t), sizeof first);
+  for (int r = 1; r < size_ && agreed_failure == Errc::ok; ++r) {
+    Signature theirs{};
+    std::memcpy(&theirs, all[static_cast<size_t>(r)].data() + sizeof(int32_t), sizeof theirs);
+    if (!(theirs == first)) {
+      agreed_failure = Errc::mismatch;
+      mismatch = "rank " + std::to_string(r) + " created the allreduce with " + describe(theirs) +
+                 " but rank 0 with " + describe(first) + "; every rank must pass the same arguments";
+    }
+  }
+  if (agreed_failure != Errc::ok) {
+    std::lock_guard lock(comm.engine_mutex());
+    comm.remove_handle(id_);
+    fail(agreed_failure, mismatch);
+  }
+  try {
+    peers_.resize(size_);
+    for (int r = 0; r < size_; ++r)
+      peers_[r] = transport_.import_region(r, std::span<const std::byte>(all[r]).subspan(kDescriptionBytes));
+  } catch (const Error& e) {
+    // The peers go on with a handle this rank cannot serve: fail the communicator so that
+    // they hear of it instead of waiting for this rank's data.
+    std::lock_guard lock(comm.engine_mutex());
+    comm.remove_handle(id_);
+    comm.mark_failed(e.rank(), e.what());
+    throw;
+  }
+  {
+    std::lock_guard lock(comm.engine_mutex());
+    ++epoch_;
+    ready_ = true;
+  }
+  log::debug("allreduce handle " + std::to_string(id_) + ": " + describe(mine) + ", " +
+             algorithm_name(plan_.algorithm) + ", " + std::to_string(plan_.steps.size()) +
+             " steps");
+}
+
+// The part of construction that involves this rank only: checks, plan, memory.
+void Allreduce::prepare() {
+  const AllreduceConfig& config = config_;
   check_dtype(config.dtype);
   check_op(config.op);
   acc_dtype_ = accumulation_dtype(config.dtype);
   acc_elem_bytes_ = wire_element_bytes(config.dtype);
   user_elem_bytes_ = element_bytes(config.dtype);
   total_elems_ = config.count + 2 * static_cast<size_t>(size_);
-  timeout_ = std::chrono::milliseconds(config.opts.timeout_ms);
+  timeout_ = timeout_for(config);
   chunk_elems_ = std::max<size_t>(1, config.chunk_bytes / acc_elem_bytes_);
   // A step of more than kMaxChunks chunks would overflow the notification's chunk field.
   chunk_elems_ = std::max(chunk_elems_, (total_elems_ + kMaxChunks - 1) / kMaxChunks);
@@ -120,60 +240,6 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config)
   for (auto& per_parity : arrivals_) per_parity.resize(plan_.tags);
   ring_.resize(static_cast<size_t>(config.opts.max_lag) + 2);
   late_by_round_.assign(ring_.size(), false);
-
-  {
-    std::lock_guard lock(comm.engine_mutex());
-    id_ = comm.add_handle(this);
-  }
-
-  // Collective part: agree on the configuration and swap registration keys in one go.
-  const Signature mine{config.count, static_cast<uint64_t>(config.dtype),
-                       static_cast<uint64_t>(config.op), static_cast<uint64_t>(config.mode),
-                       static_cast<uint64_t>(config.opts.late), config.opts.max_lag,
-                       config.opts.sync_every, config.opts.seed, config.chunk_bytes,
-                       config.rd_max_bytes, id_};
-  const transport::Bytes key = region_->remote_key();
-  std::vector<std::byte> blob(sizeof mine + key.size());
-  std::memcpy(blob.data(), &mine, sizeof mine);
-  std::memcpy(blob.data() + sizeof mine, key.data(), key.size());
-  std::vector<bootstrap::Blob> all;
-  try {
-    all = comm.boot().allgather(blob);
-  } catch (...) {
-    std::lock_guard lock(comm.engine_mutex());
-    comm.remove_handle(id_);
-    throw;
-  }
-  std::string mismatch;
-  for (int r = 0; r < size_ && mismatch.empty(); ++r) {
-    Signature theirs{};
-    if (all[r].size() < sizeof theirs) {
-      mismatch = "rank " + std::to_string(r) + " sent a malformed handle description";
-      break;
-    }
-    std::memcpy(&theirs, all[r].data(), sizeof theirs);
-    if (!(theirs == mine))
-      mismatch = "rank " + std::to_string(r) + " created the allreduce with " + describe(theirs) +
-                 " but rank " + std::to_string(rank_) + " with " + describe(mine) +
-                 "; every rank must pass the same arguments";
-  }
-  if (!mismatch.empty()) {
-    std::lock_guard lock(comm.engine_mutex());
-    comm.remove_handle(id_);
-    fail(Errc::mismatch, mismatch);
-  }
-  peers_.resize(size_);
-  for (int r = 0; r < size_; ++r)
-    peers_[r] = transport_.import_region(
-        r, std::span<const std::byte>(all[r]).subspan(sizeof(Signature)));
-  {
-    std::lock_guard lock(comm.engine_mutex());
-    ++epoch_;
-    ready_ = true;
-  }
-  log::debug("allreduce handle " + std::to_string(id_) + ": " + describe(mine) + ", " +
-             algorithm_name(plan_.algorithm) + ", " + std::to_string(plan_.steps.size()) +
-             " steps");
 }
 
 Allreduce::~Allreduce() {
@@ -596,14 +662,22 @@ void Allreduce::flush(void* recvbuf, RoundInfo* info) {
 }
 
 void Allreduce::destroy() {
+  // The contract (pcoll.h): destroy always frees the handle. A round still outstanding is
+  // waited for first (its peers need this rank's part); then every rank's writes into
+  // this handle's memory are fenced by a barrier before the memory is deregistered. On a
+  // failed communicator there is nobody to wait for: the memory is released at once.
+  if (comm_.failed()) return;
+  bool outstanding = false;
   {
     std::lock_guard lock(comm_.engine_mutex());
-    if (posted_)
-      fail(Errc::invalid_state, "pcoll_allreduce_destroy: round " + std::to_string(posted_->round) +
-                                    " is still outstanding; call pcoll_allreduce_wait first");
+    outstanding = posted_.has_value();
+  }
+  if (outstanding) wait_for_round(nullptr);
+  {
+    std::lock_guard lock(comm_.engine_mutex());
     if (large_writes_pending_) transport_.flush();
   }
-  comm_.boot().barrier();
+  comm_.barrier(timeout_);
 }
 
 }  // namespace pcoll

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "notification.hpp"
@@ -45,8 +46,10 @@ struct AllreduceConfig {
 class Allreduce {
  public:
   // Collective over the communicator: checks that every rank passed the same
-  // configuration (Errc::mismatch on every rank otherwise), registers memory once.
-  Allreduce(Comm& comm, const AllreduceConfig& config);
+  // configuration (Errc::mismatch on every rank otherwise), registers memory once. A
+  // non-empty `invalid_argument_here` (an argument this rank's caller got wrong) and any
+  // local failure (plan, memory) are reported on every rank, naming this rank.
+  Allreduce(Comm& comm, const AllreduceConfig& config, const std::string& invalid_argument_here = {});
   ~Allreduce();
   Allreduce(const Allreduce&) = delete;
   Allreduce& operator=(const Allreduce&) = delete;
@@ -56,7 +59,9 @@ class Allreduce {
   bool test(RoundInfo* info);
   void wait(RoundInfo* info);
   void flush(void* recvbuf, RoundInfo* info);
-  // Collective: waits until every rank is done with the handle.
+  // Collective: waits for an outstanding round, then until every rank is done with the
+  // handle, so no peer writes into its memory any more. Returns at once on a failed
+  // communicator. The caller frees the handle whatever this throws.
   void destroy();
 
   // Engine side, engine lock held.
@@ -80,6 +85,7 @@ class Allreduce {
     std::vector<std::byte> result;  // user dtype, only when nobody was waiting for it
   };
 
+  void prepare();
   bool is_sync_round(uint64_t round) const;
   bool lag_allows(uint64_t round) const;
   bool can_join(uint64_t round);

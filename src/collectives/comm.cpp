@@ -43,7 +43,12 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   log::debug("progress thread: " + placement.reason);
 
   transport::Options options;
-  options.timeout = std::chrono::milliseconds(env::default_timeout_ms());
+  timeout_ = std::chrono::milliseconds(env::default_timeout_ms());
+  // A blocking transport operation (a notify into a full queue, an atomic) gives up after
+  // half the liveness timeout: a rank stuck sending to a dead peer then names that peer
+  // before its own peers, pinging it meanwhile in vain (its engine is inside the call),
+  // give up on it and blame the wrong rank.
+  options.timeout = std::max(std::chrono::milliseconds(1), timeout_ / 2);
   transport_ = make_transport(options);
   provider_ = transport_->capabilities().name;
   if (transport_->capabilities().notify_bits < 64)
@@ -88,6 +93,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   const auto now = Clock::now();
   ping_sent_.assign(size_, std::nullopt);
   last_pong_.assign(size_, now);
+  agreement_ = std::make_unique<Agreement>(*this);
   driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { progress_hook(); }, cpu);
   // Everyone connected and progressing before the first handle's traffic.
   boot_->barrier();
@@ -134,8 +140,14 @@ void Comm::dispatch_locked(uint64_t value) {
     case NoticeKind::liveness: {
       const int peer = static_cast<int>(notice.detail);
       if (peer >= size_) fail(Errc::protocol, "liveness message from rank " + std::to_string(peer) + " of " + std::to_string(size_));
-      if (notice.handle == 0) {  // ping: answer from the engine, whatever the application does
-        transport_->notify(peer, encode(NoticeKind::liveness, 1, static_cast<uint32_t>(rank_), 0));
+      if (notice.handle == kControlPing) {  // answer from the engine, whatever the application does
+        transport_->notify(peer, encode(NoticeKind::liveness, kControlPong, static_cast<uint32_t>(rank_), 0));
+      } else if (notice.handle == kControlAgreement) {
+        if (agreement_ == nullptr) fail(Errc::protocol, "agreement message from rank " + std::to_string(peer) + " before setup ended");
+        agreement_->on_arrival(peer, notice.round32);
+        // Hearing from the peer is as good as a pong.
+        ping_sent_[peer].reset();
+        last_pong_[peer] = Clock::now();
       } else {
         ping_sent_[peer].reset();
         last_pong_[peer] = Clock::now();
@@ -202,7 +214,7 @@ void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
   if (!ping_sent_[peer]) {
     ping_sent_[peer] = now;
     try {
-      transport_->notify(peer, encode(NoticeKind::liveness, 0, static_cast<uint32_t>(rank_), 0));
+      transport_->notify(peer, encode(NoticeKind::liveness, kControlPing, static_cast<uint32_t>(rank_), 0));
     } catch (const Error& error) {
       mark_failed(error.rank() >= 0 ? error.rank() : peer, error.what());
       throw;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "agreement.hpp"
 #include "bootstrap.hpp"
 #include "notification.hpp"
 #include "progress_driver.hpp"
@@ -41,6 +42,16 @@ class Comm {
   const std::string& bootstrap_name() const { return bootstrap_name_; }
   bootstrap::Bootstrap& boot() { return *boot_; }
   transport::Transport& transport() { return *transport_; }
+
+  // Collective agreement over the transport, probing silent peers (agreement.hpp): what
+  // handle creation, destruction and barriers use instead of the bootstrap's collectives.
+  std::vector<std::vector<std::byte>> agree(std::span<const std::byte> mine, std::chrono::milliseconds timeout) {
+    return agreement_->allgather(mine, timeout);
+  }
+  // A barrier over agree(): returns once every rank has entered it.
+  void barrier(std::chrono::milliseconds timeout) { agree({}, timeout); }
+  // The communicator's default timeout (PCOLL_TIMEOUT_MS).
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
   // Handles register themselves at creation (collective, so ids agree on every rank).
   uint32_t add_handle(Allreduce* handle);
@@ -96,6 +107,7 @@ class Comm {
   std::string provider_;
   std::string bootstrap_name_;
   std::unique_ptr<transport::Transport> transport_;
+  std::chrono::milliseconds timeout_{30000};
   // Liveness per peer: when our oldest unanswered ping was sent, and when we last heard.
   using Clock = std::chrono::steady_clock;
   std::vector<std::optional<Clock::time_point>> ping_sent_;
@@ -113,6 +125,7 @@ class Comm {
   std::string failure_reason_;
   int failure_code_ = 0;
 
+  std::unique_ptr<Agreement> agreement_;
   std::unique_ptr<transport::ProgressDriver> driver_;  // last: stops first
 };
 

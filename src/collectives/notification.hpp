@@ -2,7 +2,8 @@
 // write_notify, and their decoding. Layout (most significant first):
 //   kind:2 | handle:10 | detail:20 | round:32
 // detail is the activation's root rank, a data write's (tag:8, chunk:12), the sender of a
-// liveness ping/pong (handle field 0 = ping, 1 = pong), or a failed rank. Only the low 32 bits of a round travel: a rank is never
+// control message (liveness kind; the handle field says which: ping, pong, agreement blob),
+// or a failed rank. Only the low 32 bits of a round travel: a rank is never
 // more than one round away from any in-flight value for its handle (a round cannot end
 // without every rank), so the full round is recovered relative to the receiver's own.
 #pragma once
@@ -21,6 +22,10 @@ inline constexpr uint32_t kMaxSlots = 1u << kSlotBits;
 inline constexpr uint32_t kMaxChunks = 1u << kChunkBits;
 inline constexpr uint32_t kMaxRanks = (1u << 20) - 1;
 inline constexpr uint32_t kUnknownRank = kMaxRanks;  // failure of no single known rank
+// The handle field of a liveness notice says which control message it is.
+inline constexpr uint32_t kControlPing = 0;
+inline constexpr uint32_t kControlPong = 1;
+inline constexpr uint32_t kControlAgreement = 2;  // an agreement blob landed (agreement.hpp)
 
 struct Notice {
   NoticeKind kind;

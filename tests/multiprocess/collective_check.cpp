@@ -495,6 +495,35 @@ TEST_CASE("mismatched creation arguments give an error on every rank") {
   CHECK(check_handle(PCOLL_MODE_SYNC, PCOLL_INT32, PCOLL_OP_SUM, 10, 2, false) == 0);
 }
 
+TEST_CASE("a bad argument on one rank gives every rank an error naming that rank") {
+  if (g_size < 2) return;
+  const int culprit = g_size - 1;
+  pcoll_allreduce_t* h = nullptr;
+  const auto started = std::chrono::steady_clock::now();
+  const pcoll_dtype_t dtype = g_rank == culprit ? static_cast<pcoll_dtype_t>(42) : PCOLL_FLOAT32;
+  CHECK(pcoll_allreduce_create(g_comm, 4, dtype, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(h == nullptr);
+  const std::string message = pcoll_last_error();
+  CHECK(message.find("rank " + std::to_string(culprit)) != std::string::npos);
+  CHECK(message.find("42") != std::string::npos);
+  // handle == NULL on one rank is an argument error like any other.
+  CHECK(pcoll_allreduce_create(g_comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr,
+                               g_rank == culprit ? nullptr : &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(pcoll_last_error()).find("handle is NULL") != std::string::npos);
+  // Agreed at once: nobody waited for a rank that had returned alone.
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+  CHECK(check_handle(PCOLL_MODE_SYNC, PCOLL_INT32, PCOLL_OP_SUM, 10, 2, false) == 0);
+}
+
+TEST_CASE("destroy with a round outstanding completes the round and frees the handle") {
+  pcoll_allreduce_t* h = nullptr;
+  REQUIRE(pcoll_allreduce_create(g_comm, 64, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_SUCCESS);
+  std::vector<float> send(64, 1.0f), recv(64, 0.0f);
+  REQUIRE(pcoll_allreduce_start(h, send.data(), recv.data()) == PCOLL_SUCCESS);
+  CHECK(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+  CHECK(check_handle(PCOLL_MODE_SYNC, PCOLL_INT32, PCOLL_OP_SUM, 10, 2, false) == 0);
+}
+
 TEST_CASE("invalid arguments and call order are refused with a message") {
   pcoll_allreduce_t* h = nullptr;
   CHECK(pcoll_allreduce_create(g_comm, 4, static_cast<pcoll_dtype_t>(42), PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) == PCOLL_ERR_INVALID_ARGUMENT);

@@ -64,6 +64,39 @@ int run_child(pcoll_mode_t mode) {
   return kNoError;
 }
 
+// Child rank of the straggler case: rank 1 computes for three timeouts before create, inside
+// a solo round and before destroy. A slow application is not a failure: every rank must
+// complete, the others waiting for it in create's and destroy's agreement.
+int run_straggler() {
+  pcoll_comm_t* comm = nullptr;
+  if (pcoll_init(&comm) != PCOLL_SUCCESS) return kInitFailed;
+  const int rank = pcoll_comm_rank(comm);
+  const auto compute = [&] {
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTimeoutMs));
+  };
+  auto report = [&](const char* what) {
+    std::fprintf(stderr, "failure_check straggler rank %d: %s: %s\n", rank, what, pcoll_last_error());
+    return kWrongError;
+  };
+  pcoll_allreduce_opts_t opts;
+  pcoll_allreduce_opts_init(&opts);
+  opts.timeout_ms = kTimeoutMs;
+  pcoll_allreduce_t* h = nullptr;
+  compute();
+  if (pcoll_allreduce_create(comm, 1000, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, &opts, &h) != PCOLL_SUCCESS)
+    return report("create");
+  std::vector<float> send(1000, 1.0f), recv(1000);
+  for (int t = 0; t < 3; ++t) {
+    if (t == 1) compute();
+    if (pcoll_allreduce_run(h, send.data(), recv.data(), nullptr) != PCOLL_SUCCESS) return report("run");
+  }
+  if (pcoll_allreduce_flush(h, recv.data(), nullptr) != PCOLL_SUCCESS) return report("flush");
+  compute();
+  if (pcoll_allreduce_destroy(h) != PCOLL_SUCCESS) return report("destroy");
+  if (pcoll_finalize(comm) != PCOLL_SUCCESS) return report("finalize");
+  return kReportedVictim;  // exit 0: completed
+}
+
 struct Outcome {
   int exit_code = -1;
   int signal = 0;
@@ -93,7 +126,7 @@ std::vector<Outcome> launch(const char* mode, const char* provider) {
   }
   // Collect with a deadline: a survivor that hangs is a failure, not a stuck test.
   std::vector<Outcome> outcomes(kRanks);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
   int left = kRanks;
   while (left > 0) {
     for (int r = 0; r < kRanks; ++r) {
@@ -153,10 +186,22 @@ TEST_CASE("a killed rank gives every survivor an error naming it within the time
   check_survivors_report_the_victim("majority", "ofi:tcp");
 }
 
+TEST_CASE("a rank computing longer than the timeout in create, a round and destroy is waited for") {
+  for (const char* provider : {"ofi:shm", "ofi:tcp"}) {
+    CAPTURE(provider);
+    const auto outcomes = launch("straggler", provider);
+    for (int r = 0; r < kRanks; ++r) {
+      CAPTURE(r);
+      CHECK(outcomes[r].exit_code == 0);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   g_self = argv[0];
   if (argc >= 3 && std::strcmp(argv[1], "--child") == 0) {
     const std::string mode = argv[2];
+    if (mode == "straggler") return run_straggler();
     return run_child(mode == "sync" ? PCOLL_MODE_SYNC : mode == "solo" ? PCOLL_MODE_SOLO : PCOLL_MODE_MAJORITY);
   }
   doctest::Context context;
