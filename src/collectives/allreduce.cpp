@@ -557,7 +557,22 @@ bool Allreduce::test(RoundInfo* info) {
   std::unique_lock lock(comm_.engine_mutex());
   comm_.check_failed();
   comm_.drive_locked();
-  return deliver_if_ready_locked(info);
+  if (deliver_if_ready_locked(info)) return true;
+  probe_locked(Clock::now());
+  return false;
+}
+
+void Allreduce::probe_locked(Clock::time_point now) {
+  if (!ready_) return;
+  if (epoch_ != probe_epoch_) {
+    probe_epoch_ = epoch_;
+    probe_moved_at_ = now;
+    return;
+  }
+  const int peer = awaited_peer();
+  if (peer < 0 || peer == rank_) return;
+  const auto probe_after = std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(1000));
+  if (now - probe_moved_at_ > probe_after) comm_.watch_locked(peer, timeout_);
 }
 
 int Allreduce::majority_initiator(uint64_t round) const {

@@ -67,6 +67,10 @@ class Allreduce {
   // Engine side, engine lock held.
   void on_notice(const Notice& notice);
   void advance_locked();
+  // Liveness, from whichever thread drives the engine (the progress thread included): when
+  // the active round has not moved for a while, pings the peer it waits on, so a dead peer
+  // is found whatever this rank's application is doing (computing, polling with test).
+  void probe_locked(std::chrono::steady_clock::time_point now);
   uint32_t id() const { return id_; }
   int majority_initiator(uint64_t round) const;
 
@@ -149,6 +153,8 @@ class Allreduce {
   std::vector<Completed> ring_;     // results not yet handed to the application
   std::vector<bool> late_by_round_; // indexed by round % ring size
 
+  uint64_t probe_epoch_ = 0;       // epoch_ when probe_locked last saw it change
+  std::chrono::steady_clock::time_point probe_moved_at_{};
   uint64_t epoch_ = 0;             // bumped whenever the engine moves: arrivals, steps, rounds
 };
 

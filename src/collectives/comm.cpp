@@ -202,6 +202,11 @@ void Comm::progress_hook() {
     if (failed()) return;
     try {
       drive_locked();
+      // Whoever waits on a peer asks whether it is alive, even while this rank's
+      // application computes or only polls.
+      const auto now = Clock::now();
+      for (Allreduce* handle : handles_)
+        if (handle != nullptr) handle->probe_locked(now);
     } catch (const Error&) {
       // Recorded by mark_failed(); the application sees it at its next call.
     }

@@ -97,19 +97,68 @@ int run_straggler() {
   return kReportedVictim;  // exit 0: completed
 }
 
+// Child rank of the issue's two scenarios at P=4, solo, 4096 floats, the last rank
+// SIGKILLed at round 5:
+//  busy:    ranks 1 and 2 compute for three timeouts at round 5 (their engines alive), rank 0
+//           calls run: it must hear of the dead rank from whoever waits on it, not only once
+//           a busy rank's application comes back;
+//  polling: every survivor drives the round with start + test.
+// Each survivor must get an error naming the dead rank within timeout + 2 s of the moment
+// it started waiting (for the busy ranks: when their computation ended).
+int run_scenario(const std::string& scenario) {
+  pcoll_comm_t* comm = nullptr;
+  if (pcoll_init(&comm) != PCOLL_SUCCESS) return kInitFailed;
+  const int rank = pcoll_comm_rank(comm), size = pcoll_comm_size(comm);
+  const int victim = size - 1;
+  pcoll_allreduce_opts_t opts;
+  pcoll_allreduce_opts_init(&opts);
+  opts.timeout_ms = kTimeoutMs;
+  pcoll_allreduce_t* h = nullptr;
+  if (pcoll_allreduce_create(comm, 4096, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, &opts, &h) != PCOLL_SUCCESS)
+    return kInitFailed;
+  std::vector<float> send(4096, 1.0f), recv(4096);
+  for (int t = 0; t < 1000; ++t) {
+    if (t == 5 && rank == victim) ::raise(SIGKILL);
+    if (t == 5 && scenario == "busy" && (rank == 1 || rank == 2))
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTimeoutMs));
+    const auto waiting_since = std::chrono::steady_clock::now();
+    int rc = PCOLL_SUCCESS;
+    if (scenario == "polling") {
+      rc = pcoll_allreduce_start(h, send.data(), recv.data());
+      for (int done = 0; rc == PCOLL_SUCCESS && !done;) rc = pcoll_allreduce_test(h, &done, nullptr);
+    } else {
+      rc = pcoll_allreduce_run(h, send.data(), recv.data(), nullptr);
+    }
+    if (rc != PCOLL_SUCCESS) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - waiting_since).count();
+      const std::string message = pcoll_last_error();
+      std::fprintf(stderr, "failure_check %s rank %d: round %d failed after %.0f ms: %s\n", scenario.c_str(), rank, t,
+                   ms, message.c_str());
+      pcoll_allreduce_destroy(h);
+      pcoll_finalize(comm);
+      if (rc != PCOLL_ERR_PEER_FAILED && rc != PCOLL_ERR_TIMEOUT) return kWrongError;
+      if (message.find("rank " + std::to_string(victim)) == std::string::npos) return kWrongError;
+      return ms <= kTimeoutMs + 2000 ? kReportedVictim : kTooSlow;
+    }
+    if (t >= 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return kNoError;
+}
+
 struct Outcome {
   int exit_code = -1;
   int signal = 0;
 };
 
-std::vector<Outcome> launch(const char* mode, const char* provider) {
+std::vector<Outcome> launch(const char* mode, const char* provider, int ranks = kRanks) {
   const std::string root = "127.0.0.1:" + std::to_string(test::free_port());
   std::vector<pid_t> pids;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("PCOLL_RANK", std::to_string(r).c_str(), 1);
-      ::setenv("PCOLL_SIZE", std::to_string(kRanks).c_str(), 1);
+      ::setenv("PCOLL_SIZE", std::to_string(ranks).c_str(), 1);
       ::setenv("PCOLL_ROOT", root.c_str(), 1);
       ::setenv("PCOLL_JOB_KEY", "failure-check-key", 1);
       ::setenv("PCOLL_BOOTSTRAP", "store", 1);
@@ -125,11 +174,11 @@ std::vector<Outcome> launch(const char* mode, const char* provider) {
     pids.push_back(pid);
   }
   // Collect with a deadline: a survivor that hangs is a failure, not a stuck test.
-  std::vector<Outcome> outcomes(kRanks);
+  std::vector<Outcome> outcomes(static_cast<size_t>(ranks));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
-  int left = kRanks;
+  int left = ranks;
   while (left > 0) {
-    for (int r = 0; r < kRanks; ++r) {
+    for (int r = 0; r < ranks; ++r) {
       if (pids[r] == 0) continue;
       int status = 0;
       if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
@@ -186,6 +235,33 @@ TEST_CASE("a killed rank gives every survivor an error naming it within the time
   check_survivors_report_the_victim("majority", "ofi:tcp");
 }
 
+void check_scenario(const char* scenario, const char* provider) {
+  constexpr int kScenarioRanks = 4;
+  const auto outcomes = launch(scenario, provider, kScenarioRanks);
+  CAPTURE(scenario);
+  CAPTURE(provider != nullptr ? provider : "(default)");
+  CHECK(outcomes[kScenarioRanks - 1].signal == SIGKILL);
+  for (int r = 0; r < kScenarioRanks - 1; ++r) {
+    CAPTURE(r);
+    CHECK(outcomes[static_cast<size_t>(r)].exit_code == kReportedVictim);
+  }
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+TEST_CASE("a dead rank is named within the timeout while the other survivors compute (default provider)") {
+  check_scenario("busy", nullptr);
+}
+TEST_CASE("a dead rank is named within the timeout to survivors that poll with test (default provider)") {
+  check_scenario("polling", nullptr);
+}
+#endif
+TEST_CASE("a dead rank is named within the timeout while the other survivors compute (ofi:shm)") {
+  check_scenario("busy", "ofi:shm");
+}
+TEST_CASE("a dead rank is named within the timeout to survivors that poll with test (ofi:tcp)") {
+  check_scenario("polling", "ofi:tcp");
+}
+
 TEST_CASE("a rank computing longer than the timeout in create, a round and destroy is waited for") {
   for (const char* provider : {"ofi:shm", "ofi:tcp"}) {
     CAPTURE(provider);
@@ -202,6 +278,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--child") == 0) {
     const std::string mode = argv[2];
     if (mode == "straggler") return run_straggler();
+    if (mode == "busy" || mode == "polling") return run_scenario(mode);
     return run_child(mode == "sync" ? PCOLL_MODE_SYNC : mode == "solo" ? PCOLL_MODE_SOLO : PCOLL_MODE_MAJORITY);
   }
   doctest::Context context;
