@@ -81,6 +81,8 @@ PCOLL_API int pcoll_comm_rank(const pcoll_comm_t *comm);
 PCOLL_API int pcoll_comm_size(const pcoll_comm_t *comm);
 PCOLL_API int pcoll_finalize(pcoll_comm_t *comm);
 
+/* Collective. A bad argument, or a failure to prepare the handle, on any rank gives every
+ * rank the same error naming that rank; differing arguments give PCOLL_ERR_MISMATCH. */
 PCOLL_API int pcoll_allreduce_create(pcoll_comm_t *comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
                            pcoll_mode_t mode, const pcoll_allreduce_opts_t *opts /* NULL: defaults */,
                            pcoll_allreduce_t **handle);
@@ -90,6 +92,9 @@ PCOLL_API int pcoll_allreduce_wait(pcoll_allreduce_t *h, pcoll_round_info_t *inf
 PCOLL_API int pcoll_allreduce_run(pcoll_allreduce_t *h, const void *sendbuf, void *recvbuf,
                         pcoll_round_info_t *info); /* start + wait */
 PCOLL_API int pcoll_allreduce_flush(pcoll_allreduce_t *h, void *recvbuf, pcoll_round_info_t *info);
+/* Collective. Always frees the handle, whatever it returns: an outstanding round is waited
+ * for first, then every rank's writes into the handle's memory are fenced before it is
+ * released; on a failed communicator it is released at once (the error is returned). */
 PCOLL_API int pcoll_allreduce_destroy(pcoll_allreduce_t *h);
 
 PCOLL_API const char *pcoll_strerror(int status); /* 0 is success; errors are non-zero */
