@@ -8,14 +8,11 @@
 #include <map>
 #include <sstream>
 
-#include "error.hpp"
-#include "hash.hpp"
+#include "perf_error.hpp"
+#include "perf_hash.hpp"
 
 namespace pcoll::perf {
 namespace {
-
-// Counter-based, so (seed, step, rank) -> number needs no state.
-uint64_t draw(uint64_t seed, uint64_t step, uint64_t stream) { return hash3(seed, step, stream); }
 
 double uniform01(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53; }
 

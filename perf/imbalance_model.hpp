@@ -24,7 +24,7 @@ struct ImbalanceModel {
   std::string description() const; // parameters in words, for the table header
 };
 
-// compute_ms[step][rank]. Throws pcoll::Error(invalid_argument) with a message naming the
+// compute_ms[step][rank]. Throws perf::Error(PCOLL_ERR_INVALID_ARGUMENT) with a message naming the
 // problem (unreadable or malformed trace, rank out of range).
 std::vector<std::vector<double>> make_schedule(const ImbalanceModel& model, uint64_t steps, int ranks);
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "dtype_values.hpp"
-#include "error.hpp"
 #include "pcoll/pcoll.h"
+#include "perf_error.hpp"
 #include "perf_job.hpp"
 
 #if PCOLL_PERF_MPI
@@ -314,10 +314,10 @@ class Bench {
 #if PCOLL_PERF_MPI
     if (MPI_Allreduce(send_.data(), recv_.data(), static_cast<int>(count), mpi_dtype(o_.dtype), mpi_op(o_.op),
                       MPI_COMM_WORLD) != MPI_SUCCESS)
-      pcoll::fail(pcoll::Errc::transport, "MPI_Allreduce failed");
+      perf::fail(PCOLL_ERR_TRANSPORT, "MPI_Allreduce failed");
     if (o_.op == PCOLL_OP_AVG) divide_by_ranks(o_.dtype, recv_.data(), count, job_.size());
 #else
-    pcoll::fail(pcoll::Errc::unsupported, "this pcoll_allreduce was built without MPI");
+    perf::fail(PCOLL_ERR_UNSUPPORTED, "this pcoll_allreduce was built without MPI");
 #endif
   }
 
@@ -392,7 +392,7 @@ int main(int argc, char** argv) {
       if (reporter) std::fprintf(stderr, "pcoll_allreduce: %llu wrong elements\n", static_cast<unsigned long long>(total_wrong));
       return 1;
     }
-  } catch (const pcoll::Error& e) {
+  } catch (const perf::Error& e) {
     std::fprintf(stderr, "pcoll_allreduce: %s\n", e.what());
     return 1;
   }

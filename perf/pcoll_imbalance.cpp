@@ -24,9 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "error.hpp"
 #include "imbalance_model.hpp"
 #include "pcoll/pcoll.h"
+#include "perf_error.hpp"
 #include "perf_job.hpp"
 
 #if PCOLL_PERF_MPI
@@ -161,7 +161,7 @@ Options parse_options(int argc, char** argv) {
   if (o.model.kind == Kind::trace) {
     try {
       perf::read_trace(o.model.trace_path);  // fail before any rank starts the transport
-    } catch (const pcoll::Error& e) {
+    } catch (const perf::Error& e) {
       usage_error(e.what());
     }
   }
@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> schedule;
     try {
       schedule = perf::make_schedule(options.model, options.steps, job.size());
-    } catch (const pcoll::Error& e) {
+    } catch (const perf::Error& e) {
       if (reporter) std::fprintf(stderr, "pcoll_imbalance: %s\n", e.what());
       return perf::kUsageExit;
     }
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
-  } catch (const pcoll::Error& e) {
+  } catch (const perf::Error& e) {
     std::fprintf(stderr, "pcoll_imbalance: %s\n", e.what());
     return 1;
   }

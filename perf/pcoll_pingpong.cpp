@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "bootstrap.hpp"
-#include "env.hpp"
 #include "error.hpp"
 #include "perf_job.hpp"
 #include "progress_driver.hpp"
 #include "registry.hpp"
+#include "settings.hpp"
 #include "transport.hpp"
 
 namespace {
@@ -187,7 +187,7 @@ class PingPong {
  public:
   PingPong(const Options& o, pcoll::bootstrap::Bootstrap& boot) : o_(o), boot_(boot) {
     tp::Options topts;
-    topts.timeout = std::chrono::milliseconds(pcoll::env::default_timeout_ms());
+    topts.timeout = std::chrono::milliseconds(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
     timeout_ = topts.timeout;
     transport_ = pcoll::providers::create(o.selector, topts);
     const auto addresses = boot.allgather(transport_->address());

@@ -5,8 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "env.hpp"
-#include "error.hpp"
+#include "perf_error.hpp"
 #include "perf_job.hpp"
 
 namespace pcoll::perf {
@@ -28,7 +27,7 @@ uint64_t parse_bytes(const char* tool, const char* usage, const std::string& tex
     if (scale != 1) digits.pop_back();
   }
   try {
-    const uint64_t n = env::parse_u64(digits, flag, 0, max / scale) * scale;
+    const uint64_t n = parse_u64(digits, flag, 0, max / scale) * scale;
     if (n >= min) return n;
   } catch (const Error&) {
   }
@@ -41,7 +40,7 @@ uint64_t parse_bytes(const char* tool, const char* usage, const std::string& tex
 uint64_t parse_uint(const char* tool, const char* usage, const std::string& text, const char* flag,
                     uint64_t min, uint64_t max) {
   try {
-    return env::parse_u64(text, flag, min, max);
+    return parse_u64(text, flag, min, max);
   } catch (const Error& e) {
     usage_error(tool, e.what(), usage);
   }

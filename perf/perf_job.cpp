@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "env.hpp"
-#include "error.hpp"
+#include "perf_error.hpp"
 
 #if PCOLL_PERF_MPI
 #include "pcoll/mpi.h"
@@ -20,17 +19,16 @@ void check(int status, const char* what) {
   if (status == PCOLL_SUCCESS) return;
   // The library's message already starts with the function's name; say it once.
   const std::string message = pcoll_last_error();
-  throw Error(static_cast<Errc>(status),
-              message.rfind(what, 0) == 0 ? message : std::string(what) + ": " + message);
+  throw Error(status, message.rfind(what, 0) == 0 ? message : std::string(what) + ": " + message);
 }
 
 Job::Job([[maybe_unused]] int* argc, [[maybe_unused]] char*** argv) {
 #if PCOLL_PERF_MPI
-  if (env::get("OMPI_COMM_WORLD_SIZE")) {
+  if (const char* world = std::getenv("OMPI_COMM_WORLD_SIZE"); world != nullptr && *world != '\0') {
     // Only the main thread calls MPI: pcoll's progress thread never does.
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-      fail(Errc::bootstrap, "MPI_Init_thread failed");
+      fail(PCOLL_ERR_BOOTSTRAP, "MPI_Init_thread failed");
     mpi_ = true;
     check(pcoll_init_mpi(MPI_COMM_WORLD, &comm_), "pcoll_init_mpi");
   }
@@ -57,7 +55,7 @@ void Job::reduce_over_ranks(std::span<double> values, pcoll_op_t op) {
   if (mpi_) {
     if (MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE,
                       op == PCOLL_OP_MAX ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-      fail(Errc::transport, "MPI_Allreduce of the measurements failed");
+      fail(PCOLL_ERR_TRANSPORT, "MPI_Allreduce of the measurements failed");
     return;
   }
 #endif
@@ -68,7 +66,7 @@ void Job::reduce_over_ranks(std::span<double> values, pcoll_op_t op) {
   const int status = pcoll_allreduce_run(handle, mine.data(), values.data(), nullptr);
   const std::string error = status == PCOLL_SUCCESS ? "" : pcoll_last_error();
   check(pcoll_allreduce_destroy(handle), "pcoll_allreduce_destroy (measurement reduction)");
-  if (status != PCOLL_SUCCESS) throw Error(static_cast<Errc>(status), "measurement reduction: " + error);
+  if (status != PCOLL_SUCCESS) throw Error(status, "measurement reduction: " + error);
 }
 
 void Job::max_over_ranks(std::span<double> values) { reduce_over_ranks(values, PCOLL_OP_MAX); }

@@ -40,14 +40,14 @@ uint64_t parse_uint(const char* tool, const char* usage, const std::string& text
 double parse_double(const char* tool, const char* usage, const std::string& text, const char* flag,
                     double min, double max);
 
-// Throws pcoll::Error(status, "what: pcoll_last_error()") when `status` is not success.
+// Throws perf::Error(status, "what: pcoll_last_error()") when `status` is not success.
 void check(int status, const char* what);
 
 // One process of a perf job.
 class Job {
  public:
   // Under mpirun (OMPI_COMM_WORLD_SIZE set) in an MPI build: MPI_Init_thread and
-  // pcoll_init_mpi(MPI_COMM_WORLD); otherwise pcoll_init(). Throws pcoll::Error.
+  // pcoll_init_mpi(MPI_COMM_WORLD); otherwise pcoll_init(). Throws perf::Error.
   Job(int* argc, char*** argv);
   ~Job();
   Job(const Job&) = delete;

@@ -1,10 +1,12 @@
 // pcoll_info: what pcoll would do on this node, like fi_info / ucx_info. Prints the build's
 // features, the bootstrap the environment selects (without initialising it), the hwloc
 // topology with its NICs, the progress thread's CPU, and each transport provider's
-// capabilities or the reason it cannot be opened. Human text by default, --json for one
-// JSON object.
+// capabilities or the reason it cannot be opened; with --config, the settings table instead
+// (every PCOLL_* variable with the value in effect and where it came from). Human text by
+// default, --json for one JSON object.
 //
 //   pcoll_info [--json] [-p SELECTOR]...
+//   pcoll_info --config [--json]
 #include <hwloc.h>
 #include <rdma/fabric.h>
 
@@ -18,6 +20,7 @@
 #include "pcoll_config.h"
 #include "registry.hpp"
 #include "selection.hpp"
+#include "settings.hpp"
 #include "topology.hpp"
 #include "transport.hpp"
 
@@ -286,13 +289,68 @@ void print_json(const Report& r) {
   std::printf("%s\n", j.text().c_str());
 }
 
+// --config: the settings table (settings.hpp) as this process's environment sets it.
+void print_config_text() {
+  namespace settings = pcoll::settings;
+  std::printf("pcoll %s settings (PCOLL_* environment variables; --json for every field):\n", PCOLL_VERSION);
+  std::printf("%-28s %-11s %-8s %s\n", "name", "source", "kind", "value");
+  for (const auto& s : settings::all()) {
+    const auto in_effect = settings::effective(s);
+    const std::string name(s.name);
+    std::printf("%-28s %-11s %-8s %s\n", name.c_str(), in_effect.from_environment ? "environment" : "default",
+                settings::kind_name(s.kind), in_effect.value.empty() ? "(unset)" : in_effect.value.c_str());
+    std::printf("    %s [%s]\n", std::string(s.doc).c_str(), settings::type_text(s).c_str());
+    if (!in_effect.error.empty()) std::printf("    REFUSED: %s\n", in_effect.error.c_str());
+  }
+  for (const auto& unknown : settings::unknown_variables())
+    std::printf("%-28s UNKNOWN (ignored; the closest known name is %s)\n", unknown.name.c_str(),
+                unknown.closest.c_str());
+}
+
+void print_config_json() {
+  namespace settings = pcoll::settings;
+  JsonWriter j;
+  j.open('{');
+  j.member_raw("pcoll_info", "1");
+  j.key("settings");
+  j.open('[');
+  for (const auto& s : settings::all()) {
+    const auto in_effect = settings::effective(s);
+    j.open('{');
+    j.member("name", std::string(s.name));
+    j.member("kind", settings::kind_name(s.kind));
+    j.member("accepts", settings::type_text(s));
+    j.member("default", std::string(s.fallback));
+    j.member("value", in_effect.value);
+    j.member("source", in_effect.from_environment ? "environment" : "default");
+    if (!in_effect.error.empty()) j.member("error", in_effect.error);
+    j.member("doc", std::string(s.doc));
+    j.close('}');
+  }
+  j.close(']');
+  j.key("unknown");
+  j.open('[');
+  for (const auto& unknown : settings::unknown_variables()) {
+    j.open('{');
+    j.member("name", unknown.name);
+    j.member("closest", unknown.closest);
+    j.close('}');
+  }
+  j.close(']');
+  j.close('}');
+  std::printf("%s\n", j.text().c_str());
+}
+
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: pcoll_info [--json] [-p SELECTOR]...\n"
+               "       pcoll_info --config [--json]\n"
                "  Shows pcoll's build features, the bootstrap this environment selects, the hwloc\n"
                "  topology (NICs, progress CPU) and each provider's capabilities.\n"
                "  -p, --provider SEL   only this provider (repeatable): ofi, ofi:shm, ofi:tcp,\n"
                "                       ofi:sockets, ofi:verbs, ofi:cxi, ofi:efa, ucx, ucx:shm, ucx:tcp\n"
+               "  --config             every PCOLL_* setting instead: its value in effect, where it\n"
+               "                       came from (default or environment), who sets it, its doc\n"
                "  --json               one JSON object instead of text\n");
 }
 
@@ -300,11 +358,14 @@ void usage(FILE* out) {
 
 int main(int argc, char** argv) {
   bool json = false;
+  bool config = false;
   std::vector<std::string> selectors;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--json") {
       json = true;
+    } else if (arg == "--config") {
+      config = true;
     } else if ((arg == "-p" || arg == "--provider") && i + 1 < argc) {
       selectors.push_back(argv[++i]);
     } else if (arg == "-h" || arg == "--help") {
@@ -315,6 +376,13 @@ int main(int argc, char** argv) {
       usage(stderr);
       return 2;
     }
+  }
+  if (config) {
+    if (json)
+      print_config_json();
+    else
+      print_config_text();
+    return 0;
   }
   if (selectors.empty()) selectors.assign(std::begin(kAllSelectors), std::end(kAllSelectors));
   const Report report = collect(selectors);

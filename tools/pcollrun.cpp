@@ -29,6 +29,7 @@
 
 #include "env.hpp"
 #include "error.hpp"
+#include "settings.hpp"
 #include "tcp_store.hpp"
 
 extern char** environ;
@@ -110,7 +111,8 @@ Options parse_options(int argc, char** argv) {
       o.provider = *p;
     } else if (auto t = value_of(arg, "--timeout-ms")) {
       try {
-        pcoll::env::parse_u64(*t, "--timeout-ms", 1, 86400000);
+        const auto& range = pcoll::settings::entry("PCOLL_TIMEOUT_MS");  // the value becomes PCOLL_TIMEOUT_MS
+        pcoll::env::parse_u64(*t, "--timeout-ms", range.min, range.max);
       } catch (const pcoll::Error& e) {
         usage_error(e.what());
       }
@@ -273,7 +275,7 @@ class Launcher {
     config.port = 0;
     config.job_key = pcoll::bootstrap::make_job_key();
     config.size = o_.ranks;
-    config.timeout = std::chrono::milliseconds(pcoll::env::default_timeout_ms());
+    config.timeout = std::chrono::milliseconds(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
     pcoll::bootstrap::StoreServer store(config);
     const std::string root = "127.0.0.1:" + std::to_string(store.port());
 

@@ -8,13 +8,12 @@
 #include "allreduce.hpp"
 #include "bootstrap.hpp"
 #include "comm.hpp"
-#include "env.hpp"
 #include "error.hpp"
 #include "foreign_bootstrap.hpp"
 #include "pcoll/pcoll.h"
 #include "pcoll/private_bootstrap.h"
 #include "registry.hpp"
-#include "schedule.hpp"
+#include "settings.hpp"
 
 struct pcoll_comm {
   std::shared_ptr<pcoll::Comm> comm;
@@ -202,14 +201,14 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
                                          " is above 64 (each unit of lag buffers one result)");
     check(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");
     try {
-      if (config.opts.timeout_ms == 0) config.opts.timeout_ms = pcoll::env::default_timeout_ms();
-      config.chunk_bytes = pcoll::env::get_u64("PCOLL_CHUNK_BYTES", 256 * 1024, 4096, size_t{1} << 30);
-      config.rd_max_bytes = pcoll::env::get_u64("PCOLL_RD_MAX_BYTES", pcoll::kRabenseifnerMinBytes,
-                                                0, size_t{1} << 40);
+      if (config.opts.timeout_ms == 0)
+        config.opts.timeout_ms = static_cast<uint32_t>(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+      config.chunk_bytes = pcoll::settings::get_unsigned("PCOLL_CHUNK_BYTES");
+      config.rd_max_bytes = pcoll::settings::get_unsigned("PCOLL_RD_MAX_BYTES");
     } catch (const pcoll::Error& e) {
       check(false, e.what());
     }
-    if (config.opts.timeout_ms == 0) config.opts.timeout_ms = comm->comm->timeout().count();
+    if (config.opts.timeout_ms == 0) config.opts.timeout_ms = static_cast<uint32_t>(comm->comm->timeout().count());
     comm->comm->check_failed();
     auto made = std::make_unique<pcoll_allreduce>();
     made->comm = comm->comm;

@@ -2,12 +2,15 @@
 // and the single-rank bootstrap used when no launcher is present.
 #include "selection.hpp"
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "bootstrap.hpp"
 #include "env.hpp"
 #include "error.hpp"
 #include "pcoll_config.h"
+#include "settings.hpp"
 #include "tcp_store.hpp"
 
 namespace pcoll::bootstrap {
@@ -47,10 +50,9 @@ std::vector<std::string> built_backends() {
 }
 
 Selection select_from_environment() {
-  const std::string forced =
-      env::get_choice("PCOLL_BOOTSTRAP", "auto", {"auto", "pmix", "pmi2", "store", "single"});
+  const std::string forced = settings::get_choice("PCOLL_BOOTSTRAP");
   auto store_kind = [] {
-    return env::get("PCOLL_LAUNCHER").value_or("manual") == "pcollrun" ? "pcollrun" : "manual";
+    return settings::raw("PCOLL_LAUNCHER").value_or("manual") == "pcollrun" ? "pcollrun" : "manual";
   };
   if (forced == "pmix") return {"pmix", "PCOLL_BOOTSTRAP=pmix", kHavePmix};
   if (forced == "pmi2") return {"pmi2", "PCOLL_BOOTSTRAP=pmi2", kHavePmi2};
@@ -59,19 +61,21 @@ Selection select_from_environment() {
 
   // pcollrun sets PCOLL_LAUNCHER for its own children: a pcollrun started inside an srun or
   // mpirun job leaves the outer launcher's PMIX_NAMESPACE / PMI_FD in their environment.
-  if (env::get("PCOLL_ROOT") && store_kind() == std::string("pcollrun"))
+  if (settings::raw("PCOLL_ROOT") && store_kind() == std::string("pcollrun"))
     return {"pcollrun", "started by pcollrun", true};
   // PMI2_Init "succeeds" as a singleton without a launcher, so PMI_FD, not its return code,
   // tells whether a PMI2 server is there.
   if (env::get("PMIX_NAMESPACE")) return {"pmix", "PMIX_NAMESPACE is set (a PMIx launcher)", kHavePmix};
   if (env::get("PMI_FD")) return {"pmi2", "PMI_FD is set (a PMI2 launcher)", kHavePmi2};
-  if (env::get("PCOLL_ROOT")) {
+  if (settings::raw("PCOLL_ROOT")) {
     const std::string kind = store_kind();
     return {kind, kind == "pcollrun" ? "started by pcollrun" : "PCOLL_ROOT is set (manual store)", true};
   }
   // PCOLL_RANK/SIZE without PCOLL_ROOT is a half-configured manual job, not a single rank.
-  for (const char* name : {"PCOLL_RANK", "PCOLL_SIZE"}) {
-    if (const auto value = env::get(name); value && !(std::string(name) == "PCOLL_SIZE" && *value == "1"))
+  const std::pair<const char*, std::optional<std::string>> manual[] = {
+      {"PCOLL_RANK", settings::raw("PCOLL_RANK")}, {"PCOLL_SIZE", settings::raw("PCOLL_SIZE")}};
+  for (const auto& [name, value] : manual) {
+    if (value && !(std::string(name) == "PCOLL_SIZE" && *value == "1"))
       invalid_argument(std::string(name) + "=" + *value +
                        " is set but PCOLL_ROOT is not: a manual multi-rank job needs PCOLL_ROOT=host:port "
                        "(rank 0's address) and PCOLL_JOB_KEY");

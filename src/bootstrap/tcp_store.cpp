@@ -30,6 +30,7 @@
 #include "env.hpp"
 #include "error.hpp"
 #include "log.hpp"
+#include "settings.hpp"
 
 namespace pcoll::bootstrap {
 namespace {
@@ -1107,24 +1108,25 @@ class StoreBootstrap final : public Bootstrap {
 }  // namespace
 
 std::unique_ptr<Bootstrap> make_store() {
-  const auto need = [](const char* name) {
-    auto value = env::get(name);
+  const auto need = [](settings::Name<> name) {
+    auto value = settings::raw(name);
     if (!value)
-      invalid_argument(std::string(name) + " is not set; the store bootstrap needs PCOLL_RANK, PCOLL_SIZE, "
-                                           "PCOLL_ROOT=host:port and PCOLL_JOB_KEY (or run under pcollrun)");
+      invalid_argument(std::string(name.setting().name) +
+                       " is not set; the store bootstrap needs PCOLL_RANK, PCOLL_SIZE, "
+                       "PCOLL_ROOT=host:port and PCOLL_JOB_KEY (or run under pcollrun)");
     return *value;
   };
-  const int size = static_cast<int>(env::parse_u64(need("PCOLL_SIZE"), "PCOLL_SIZE", 1, 1 << 20));
+  const int size = static_cast<int>(settings::parse_unsigned("PCOLL_SIZE", need("PCOLL_SIZE")));
   const std::string rank_text = need("PCOLL_RANK");
-  const uint64_t rank = env::parse_u64(rank_text, "PCOLL_RANK", 0, UINT32_MAX);
+  const uint64_t rank = settings::parse_unsigned("PCOLL_RANK", rank_text);
   if (rank >= static_cast<uint64_t>(size))
     invalid_argument("PCOLL_RANK=" + rank_text + " must be below PCOLL_SIZE=" + std::to_string(size));
   const StoreAddress root = parse_store_address(need("PCOLL_ROOT"), "PCOLL_ROOT");
   const std::string key = need("PCOLL_JOB_KEY");
   if (key.size() > kMaxKeyBytes)
     invalid_argument("PCOLL_JOB_KEY is longer than " + std::to_string(kMaxKeyBytes) + " bytes");
-  const bool manual = env::get_choice("PCOLL_LAUNCHER", "manual", {"manual", "pcollrun"}) == "manual";
-  const milliseconds timeout(env::default_timeout_ms());
+  const bool manual = settings::get_choice("PCOLL_LAUNCHER") == "manual";
+  const milliseconds timeout(settings::get_unsigned("PCOLL_TIMEOUT_MS"));
   log::set_rank(static_cast<int>(rank));
 
   std::unique_ptr<StoreServer> server;

@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "allreduce.hpp"
-#include "env.hpp"
 #include "error.hpp"
 #include "log.hpp"
+#include "settings.hpp"
 #include "topology.hpp"
 
 namespace pcoll {
@@ -34,16 +34,17 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   size_ = boot_->size();
   bootstrap_name_ = boot_->name();
   log::set_rank(rank_);
+  settings::warn_unknown_variables();  // a typo such as PCOLL_TIMEOUT would otherwise go unnoticed
   if (static_cast<uint32_t>(size_) >= kMaxRanks)
     fail(Errc::unsupported, "pcoll supports at most " + std::to_string(kMaxRanks - 1) + " ranks");
-  spin_budget_ = std::chrono::microseconds(env::get_u64("PCOLL_SPIN_US", 50, 0, 1000000));
+  spin_budget_ = std::chrono::microseconds(settings::get_unsigned("PCOLL_SPIN_US"));
   // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: lib/topology.cpp).
   const auto placement = topology::progress_cpu();
   const int cpu = placement.cpu;
   log::debug("progress thread: " + placement.reason);
 
   transport::Options options;
-  timeout_ = std::chrono::milliseconds(env::default_timeout_ms());
+  timeout_ = std::chrono::milliseconds(settings::get_unsigned("PCOLL_TIMEOUT_MS"));
   // A blocking transport operation (a notify into a full queue, an atomic) gives up after
   // half the liveness timeout: a rank stuck sending to a dead peer then names that peer
   // before its own peers, pinging it meanwhile in vain (its engine is inside the call),
@@ -83,7 +84,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
   // ranks than it has CPUs (auto), always, or never. Without it, an oversubscribed waiter
   // spins through the time slice that the rank it waits for needs.
-  const std::string yield = env::get_choice("PCOLL_YIELD", "auto", {"auto", "always", "never"});
+  const std::string yield = settings::get_choice("PCOLL_YIELD");
   const int cpus = topology::node_cpus();
   yield_ = yield == "always" || (yield == "auto" && local_ranks > cpus);
   log::debug("waiters " + std::string(yield_ ? "yield" : "do not yield") + ": " +

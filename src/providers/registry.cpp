@@ -3,11 +3,11 @@
 
 #include <array>
 
-#include "env.hpp"
 #include "error.hpp"
 #include "log.hpp"
 #include "ofi_provider.hpp"
 #include "pcoll_config.h"
+#include "settings.hpp"
 #if PCOLL_HAVE_UCX
 #include "ucx_provider.hpp"
 #endif
@@ -21,13 +21,6 @@ const std::array kProviders = {
 #endif
     &transport::ofi::descriptor(),
 };
-
-// The one-node default: UCX shared memory where UCX is built in. Its puts are copies by the
-// initiator into the peer's mapped segment, so a peer busy reducing does not hold up our
-// data; libfabric 1.17's shm moves large writes by cma in the target's progress. Measured
-// on the same host (docs/performance.md): at 64 KiB and above ucx:shm runs a P=2
-// allreduce 3-6x faster than ofi:shm.
-constexpr const char* kDefault = PCOLL_HAVE_UCX ? "ucx:shm" : "ofi:shm";
 
 }  // namespace
 
@@ -47,11 +40,12 @@ std::string selector_list() {
   return list;
 }
 
-std::string default_selector() { return env::get("PCOLL_PROVIDER").value_or(kDefault); }
+// PCOLL_PROVIDER, or its default (settings.hpp says why ucx:shm).
+std::string default_selector() { return settings::get_text("PCOLL_PROVIDER").value(); }
 
 std::unique_ptr<transport::Transport> create(const std::string& selector_in,
                                              const transport::Options& options) {
-  const bool defaulted = selector_in.empty() && !env::get("PCOLL_PROVIDER");
+  const bool defaulted = selector_in.empty() && !settings::raw("PCOLL_PROVIDER");
   const std::string selector = selector_in.empty() ? default_selector() : selector_in;
   if (defaulted && selector != "ofi:shm") {
     // The default must work wherever libfabric's shm does: fall back rather than fail.

@@ -1,14 +1,18 @@
-// PCOLL_* environment parsing with errors that say what was wrong.
+// Environment reading for other software's variables, and decimal parsing with errors that
+// say what was wrong.
 #include "env.hpp"
 
 #include <cerrno>
 #include <cstdlib>
+#include <string_view>
 
 #include "error.hpp"
 
 namespace pcoll::env {
 
 std::optional<std::string> get(const char* name) {
+  if (std::string_view(name).starts_with("PCOLL_"))
+    fail(Errc::internal, std::string("env::get(") + name + "): read PCOLL_* variables through settings.hpp");
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;
   return std::string(value);
@@ -25,27 +29,6 @@ uint64_t parse_u64(const std::string& text, const std::string& what, uint64_t mi
   if (errno == ERANGE || value < min || value > max)
     invalid_argument(what + "=" + text + " is out of range" + range);
   return value;
-}
-
-uint64_t get_u64(const char* name, uint64_t fallback, uint64_t min, uint64_t max) {
-  const auto value = get(name);
-  if (!value) return fallback;
-  return parse_u64(*value, name, min, max);
-}
-
-std::string get_choice(const char* name, const std::string& fallback,
-                       const std::vector<std::string>& choices) {
-  const auto value = get(name);
-  if (!value) return fallback;
-  for (const auto& choice : choices)
-    if (*value == choice) return *value;
-  std::string list;
-  for (const auto& choice : choices) list += (list.empty() ? "" : ", ") + choice;
-  invalid_argument(std::string(name) + "='" + *value + "' is not one of: " + list);
-}
-
-uint32_t default_timeout_ms() {
-  return static_cast<uint32_t>(get_u64("PCOLL_TIMEOUT_MS", 30000, 1, 86400000));
 }
 
 }  // namespace pcoll::env

@@ -1,5 +1,7 @@
 // A portable, well-mixed 64-bit hash for draws that every rank must make identically
-// (the majority initiator, pcoll_imbalance's delay schedule) from a shared seed.
+// (the majority initiator) from a shared seed. pcoll_imbalance's delay schedule draws with
+// the same function from its own copy (perf/perf_hash.hpp, public API only);
+// tests/unit/test_imbalance_schedule.cpp checks that the two agree.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "env.hpp"
+#include "settings.hpp"
 
 namespace pcoll::log {
 namespace {
@@ -13,8 +13,7 @@ namespace {
 std::atomic<int> g_rank{-1};  // documented global: the process's rank for log prefixes
 
 Level read_threshold() {
-  const std::string value =
-      env::get_choice("PCOLL_LOG", "warn", {"error", "warn", "info", "debug", "trace"});
+  const std::string value = settings::get_choice("PCOLL_LOG");
   if (value == "error") return Level::error;
   if (value == "info") return Level::info;
   if (value == "debug") return Level::debug;

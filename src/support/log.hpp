@@ -1,5 +1,5 @@
 // Leveled logging to stderr, controlled by PCOLL_LOG=error|warn|info|debug|trace
-// (default warn). Each line carries the rank once it is known.
+// (settings.hpp). Each line carries the rank once it is known.
 #pragma once
 
 #include <string>

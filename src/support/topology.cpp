@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "env.hpp"
+#include "settings.hpp"
 #include "error.hpp"
 #include "log.hpp"
 
@@ -130,8 +131,8 @@ bool is_nic(hwloc_obj_t os) {
 
 // Local rank from whichever launcher started us; -1 when none says.
 int local_rank() {
-  if (env::get("PCOLL_LAUNCHER").value_or("") == "pcollrun") {
-    if (const auto r = env::get("PCOLL_RANK")) return std::atoi(r->c_str());
+  if (settings::raw("PCOLL_LAUNCHER").value_or("") == "pcollrun") {
+    if (const auto r = settings::raw("PCOLL_RANK")) return std::atoi(r->c_str());
   }
   for (const char* name : {"SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                            "PMI_LOCAL_RANK", "PMIX_LOCAL_RANK"}) {
@@ -165,7 +166,7 @@ std::string closest_osdev(hwloc_obj_osdev_type_t type) {
 
 size_t choose_nic(std::span<const NicCandidate> candidates, const std::string& provider_label) {
   if (candidates.empty()) return 0;
-  if (const auto wanted = env::get("PCOLL_NIC")) {
+  if (const auto wanted = settings::get_text("PCOLL_NIC")) {
     for (size_t i = 0; i < candidates.size(); ++i)
       if (candidates[i].name == *wanted) return i;
     for (size_t i = 0; i < candidates.size(); ++i)
@@ -194,19 +195,16 @@ size_t choose_nic(std::span<const NicCandidate> candidates, const std::string& p
 
 std::string ucx_net_devices(const std::string& variant) {
   if (variant == "shm") return "";
-  if (const auto wanted = env::get("PCOLL_NIC")) return *wanted;
+  if (const auto wanted = settings::get_text("PCOLL_NIC")) return *wanted;
   if (variant == "tcp") return closest_osdev(HWLOC_OBJ_OSDEV_NETWORK);
   const std::string rdma = closest_osdev(HWLOC_OBJ_OSDEV_OPENFABRICS);
   return rdma.empty() ? "" : rdma + ":1";
 }
 
 ProgressPlacement progress_cpu() {
-  const std::string value = env::get("PCOLL_PROGRESS_CPU").value_or("auto");
+  const std::string value = settings::get_choice("PCOLL_PROGRESS_CPU");  // auto, none or a CPU number
   if (value == "none") return {-1, "unpinned (PCOLL_PROGRESS_CPU=none)"};
-  if (value != "auto") {
-    const int cpu = static_cast<int>(env::parse_u64(value, "PCOLL_PROGRESS_CPU (a CPU number, auto or none)", 0, 65535));
-    return {cpu, "CPU " + value + " (PCOLL_PROGRESS_CPU)"};
-  }
+  if (value != "auto") return {std::stoi(value), "CPU " + value + " (PCOLL_PROGRESS_CPU)"};
   const Snapshot& snap = snapshot();
   if (!snap.loaded()) return {-1, "unpinned (" + snap.error() + ")"};
   hwloc_topology_t topo = snap.get();

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "bootstrap.hpp"
-#include "env.hpp"
 #include "error.hpp"
+#include "settings.hpp"
 
 namespace {
 
@@ -49,10 +49,10 @@ Blob make_blob(int rank, int round) {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-int env_rank() { return std::atoi(std::getenv("PCOLL_RANK") != nullptr ? std::getenv("PCOLL_RANK") : "0"); }
+int env_rank() { return std::atoi(pcoll::settings::raw("PCOLL_RANK").value_or("0").c_str()); }
 
 int gather(int rounds) {
-  if (const auto absent = pcoll::env::get("PCOLL_TEST_ABSENT_RANK"); absent && std::atoi(absent->c_str()) == env_rank()) {
+  if (const auto absent = pcoll::settings::raw("PCOLL_TEST_ABSENT_RANK"); absent && std::atoi(absent->c_str()) == env_rank()) {
     sleep_ms(20000);  // never joins; pcollrun or the test kills it first
     return 0;
   }

@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "bootstrap.hpp"
-#include "env.hpp"
 #include "error.hpp"
 #include "progress_driver.hpp"
 #include "registry.hpp"
+#include "settings.hpp"
 #include "transport.hpp"
 
 using namespace std::chrono_literals;
@@ -130,7 +130,7 @@ uint64_t notify_mask() {
 }
 
 size_t atomics_per_rank() {
-  return pcoll::env::get_u64("PCOLL_TEST_ATOMICS", 10000, 1, 100000000);
+  return pcoll::settings::get_unsigned("PCOLL_TEST_ATOMICS");
 }
 
 uint64_t read_word(const LocalRegion& region, size_t offset) {
@@ -464,7 +464,7 @@ int main(int argc, char** argv) {
     w.rank = w.boot->rank();
     w.size = w.boot->size();
     pcoll::transport::Options options;
-    options.timeout = std::chrono::milliseconds(pcoll::env::default_timeout_ms());
+    options.timeout = std::chrono::milliseconds(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
     w.transport = pcoll::providers::create("", options);
     const auto addresses = w.boot->allgather(w.transport->address());
     w.transport->connect(w.rank, addresses);
