@@ -36,7 +36,7 @@ std::unique_ptr<Bootstrap> from_environment();
 // A job of one rank: allgather returns the caller's blob.
 std::unique_ptr<Bootstrap> make_single();
 
-// Scheduler backends (lib/bootstrap/pmix.cpp, pmi2.cpp), compiled when PCOLL_HAVE_PMIX /
+// Scheduler backends (src/bootstrap/pmix.cpp, pmi2.cpp), compiled when PCOLL_HAVE_PMIX /
 // PCOLL_HAVE_PMI2 (pcoll_config.h) are 1. They throw Errc::bootstrap with the reason when
 // the launcher's service cannot be reached.
 std::unique_ptr<Bootstrap> make_pmix();

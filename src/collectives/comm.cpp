@@ -38,7 +38,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   if (static_cast<uint32_t>(size_) >= kMaxRanks)
     fail(Errc::unsupported, "pcoll supports at most " + std::to_string(kMaxRanks - 1) + " ranks");
   spin_budget_ = std::chrono::microseconds(settings::get_unsigned("PCOLL_SPIN_US"));
-  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: lib/topology.cpp).
+  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: src/support/topology.cpp).
   const auto placement = topology::progress_cpu();
   const int cpu = placement.cpu;
   log::debug("progress thread: " + placement.reason);

@@ -1,4 +1,4 @@
-// Transport conformance suite: the rules of providers/transport.hpp, checked across real
+// Transport conformance suite: the rules of src/transport/transport.hpp, checked across real
 // processes. One program, every rank runs every case in the same order:
 //
 //   pcollrun -n 2..4 tests/transport_conformance          (PCOLL_PROVIDER picks the provider)

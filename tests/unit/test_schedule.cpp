@@ -1,4 +1,4 @@
-// Unit tests of the reduction plans (lib/schedule): structure rules checked on every
+// Unit tests of the reduction plans (src/collectives/schedule): structure rules checked on every
 // plan, and an in-memory simulation of P ranks executing their plans with the real
 // kernels, which must leave every rank with the exact (integer) or bitwise identical
 // (float) reduction. Pure logic: no transport involved.
