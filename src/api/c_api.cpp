@@ -13,8 +13,8 @@
 #include "foreign_bootstrap.hpp"
 #include "pcoll/pcoll.h"
 #include "pcoll/private_bootstrap.h"
+#include "reduce_plan.hpp"
 #include "registry.hpp"
-#include "schedule.hpp"
 
 struct pcoll_comm {
   std::shared_ptr<pcoll::Comm> comm;
@@ -197,7 +197,7 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
     require(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");
     if (config.opts.timeout_ms == 0) config.opts.timeout_ms = pcoll::env::default_timeout_ms();
     config.chunk_bytes = pcoll::env::get_u64("PCOLL_CHUNK_BYTES", 256 * 1024, 4096, size_t{1} << 30);
-    config.rd_max_bytes = pcoll::env::get_u64("PCOLL_RD_MAX_BYTES", pcoll::kRabenseifnerMinBytes,
+    config.rd_max_bytes = pcoll::env::get_u64("PCOLL_RD_MAX_BYTES", pcoll::kRecursiveDoublingMaxBytes,
                                               0, size_t{1} << 40);
     comm->comm->check_failed();
     auto made = std::make_unique<pcoll_allreduce>();
