@@ -12,6 +12,7 @@
 #include "foreign_bootstrap.hpp"
 #include "pcoll/pcoll.h"
 #include "pcoll/private_bootstrap.h"
+#include "reduce_plan.hpp"
 #include "registry.hpp"
 #include "settings.hpp"
 

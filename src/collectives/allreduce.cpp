@@ -58,10 +58,6 @@ inline void cpu_relax() {
 #endif
 }
 
-size_t chunks_of(size_t elems, size_t chunk_elems) {
-  return elems == 0 ? 1 : (elems + chunk_elems - 1) / chunk_elems;
-}
-
 // The configuration every rank must agree on, as compared at creation.
 struct Signature {
   uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, chunk_bytes, rd_max_bytes, handle;
@@ -211,33 +207,30 @@ void Allreduce::prepare() {
   user_elem_bytes_ = element_bytes(config.dtype);
   total_elems_ = config.count + 2 * static_cast<size_t>(size_);
   timeout_ = timeout_for(config);
-  chunk_elems_ = std::max<size_t>(1, config.chunk_bytes / acc_elem_bytes_);
-  // A step of more than kMaxChunks chunks would overflow the notification's chunk field.
-  chunk_elems_ = std::max(chunk_elems_, (total_elems_ + kMaxChunks - 1) / kMaxChunks);
 
   // The threshold is about the caller's vector: a 64 KiB gradient stays on recursive
   // doubling at the default, whatever the 2P flag elements add.
-  const ReduceAlgorithm algorithm =
-      choose_algorithm(size_, acc_bytes(config.count), config.rd_max_bytes + 1);
-  plan_ = make_round_plan(algorithm, size_, rank_, total_elems_);
-  if (plan_.tags > kMaxSlots) fail(Errc::unsupported, "too many ranks for one reduction plan");
+  const ReduceAlgorithm algorithm = choose_algorithm(size_, acc_bytes(config.count), config.rd_max_bytes);
+  plan_ = make_plan(algorithm, size_, rank_, total_elems_,
+                    chunk_elems_for(total_elems_, config.chunk_bytes, acc_elem_bytes_));
+  if (plan_.tag_count > kMaxSlots) fail(Errc::unsupported, "too many ranks for one reduction plan");
   // A last step that receives and reduces the whole vector (recursive doubling without a
   // fold-in post step) produces final values chunk by chunk: they are converted into the
   // application's buffer while still in cache instead of in a second pass at the end.
   for (size_t i = plan_.steps.size(); i-- > 0;) {
-    const PlanStep& step = plan_.steps[i];
-    if (!step.recv) continue;
-    if (step.recv_reduce && step.recv_offset == 0 && step.recv_count == total_elems_) final_step_ = i;
+    const Step& step = plan_.steps[i];
+    if (!step.receives()) continue;
+    if (step.reduces() && step.recv->offset == 0 && step.recv->count == total_elems_) final_step_ = i;
     break;
   }
 
   work_bytes_ = (acc_bytes(total_elems_) + 63) / 64 * 64;
-  slot_bytes_ = (acc_bytes(plan_.slot_elems) + 63) / 64 * 64;
+  slot_bytes_ = (acc_bytes(plan_.landing_elems()) + 63) / 64 * 64;
   region_ = transport_.allocate(2 * work_bytes_ + 2 * slot_bytes_);
 
   carry_.resize(acc_bytes(config.count));
   fill_identity(config.dtype, config.op, carry_.data(), config.count);
-  for (auto& per_parity : arrivals_) per_parity.resize(plan_.tags);
+  for (auto& per_parity : arrivals_) per_parity.resize(plan_.tag_count);
   ring_.resize(static_cast<size_t>(config.opts.max_lag) + 2);
   late_by_round_.assign(ring_.size(), false);
 }
@@ -318,10 +311,10 @@ void Allreduce::on_notice(const Notice& notice) {
                              std::to_string(id_) + " while this rank is at round " +
                              std::to_string(completed_));
   const uint32_t tag = notice.tag();
-  if (tag >= plan_.tags)
+  if (tag >= plan_.tag_count)
     fail(Errc::protocol, "data for handle " + std::to_string(id_) + " with exchange tag " +
                              std::to_string(tag) + " (this plan has " +
-                             std::to_string(plan_.tags) + ")");
+                             std::to_string(plan_.tag_count) + ")");
   arrivals_[round & 1][tag].push_back(notice.chunk());
   ++epoch_;
 }
@@ -375,41 +368,40 @@ void Allreduce::join(uint64_t round) {
   ++epoch_;
 }
 
-void Allreduce::post_sends(const PlanStep& step) {
+void Allreduce::post_sends(const Step& step) {
   const uint64_t round = completed_;
+  const Transfer& send = *step.send;
   const transport::RemoteRegion& peer = *peers_[step.peer];
-  const size_t chunks = chunks_of(step.send_count, chunk_elems_);
-  const size_t src_base = (round & 1) * work_bytes_ + acc_bytes(step.send_offset);
-  const size_t dst_base = step.send_to_result
-                              ? (round & 1) * work_bytes_ + acc_bytes(step.send_offset)
-                              : 2 * work_bytes_ + (round & 1) * slot_bytes_ +
-                                    acc_bytes(step.send_slot_offset);
-  if (acc_bytes(std::min(chunk_elems_, step.send_count)) > transport_.capabilities().inject_bytes)
-    large_writes_pending_ = true;
-  for (size_t c = 0; c < chunks; ++c) {
-    const size_t first = c * chunk_elems_;
-    const size_t elems = std::min(chunk_elems_, step.send_count - std::min(step.send_count, first));
-    transport_.write_notify(*region_, src_base + acc_bytes(first), peer, dst_base + acc_bytes(first),
-                            acc_bytes(elems),
-                            encode_data(id_, step.tag, static_cast<uint32_t>(c), round));
+  // Byte offsets in the registered region, the same on both ends (allreduce.hpp: region_).
+  const size_t work_base = (round & 1) * work_bytes_;
+  const size_t landing_base = 2 * work_bytes_ + (round & 1) * slot_bytes_;
+  if (acc_bytes(send.chunk(0).count) > transport_.capabilities().inject_bytes) large_writes_pending_ = true;
+  const size_t chunks = send.chunk_count();
+  for (size_t i = 0; i < chunks; ++i) {
+    const Chunk chunk = send.chunk(i);
+    const size_t target = send.lands_in_result() ? work_base + acc_bytes(chunk.offset)
+                                                 : landing_base + acc_bytes(chunk.landing_offset);
+    transport_.write_notify(*region_, work_base + acc_bytes(chunk.offset), peer, target, acc_bytes(chunk.count),
+                            encode_data(id_, step.tag, chunk.index, round));
   }
 }
 
 bool Allreduce::run_steps() {
   const uint64_t round = completed_;
   while (step_ < plan_.steps.size()) {
-    const PlanStep& step = plan_.steps[step_];
-    if (step.send && !sent_) {
+    const Step& step = plan_.steps[step_];
+    if (step.sends() && !sent_) {
       post_sends(step);
       sent_ = true;
     }
-    if (step.recv) {
+    if (step.receives()) {
+      const Transfer& recv = *step.recv;
+      const bool reduces = !recv.lands_in_result();
       auto& arrived = arrivals_[round & 1][step.tag];
-      const size_t chunks = chunks_of(step.recv_count, chunk_elems_);
-      if (step.recv_reduce && processed_ < arrived.size() && !flushed_ && step.send &&
-          step.send_offset < step.recv_offset + step.recv_count &&
-          step.recv_offset < step.send_offset + step.send_count &&
-          acc_bytes(step.send_count) > transport_.capabilities().inject_bytes) {
+      const size_t chunks = recv.chunk_count();
+      if (reduces && processed_ < arrived.size() && !flushed_ && step.sends() &&
+          ranges_overlap(*step.send, recv) &&
+          acc_bytes(step.send->count) > transport_.capabilities().inject_bytes) {
         // The range we are about to reduce into is still the source of our own write.
         transport_.flush();
         flushed_ = true;
@@ -421,12 +413,11 @@ bool Allreduce::run_steps() {
           fail(Errc::protocol, "chunk " + std::to_string(c) + " of exchange " +
                                    std::to_string(step.tag) + " has only " +
                                    std::to_string(chunks) + " chunks");
-        if (step.recv_reduce) {
-          const size_t first = c * chunk_elems_;
-          const size_t elems = std::min(chunk_elems_, step.recv_count - std::min(step.recv_count, first));
-          reduce_into(config_.dtype, config_.op, work(round) + acc_bytes(step.recv_offset + first),
-                      slots(round) + acc_bytes(step.recv_slot_offset + first), elems);
-          if (step_ == final_step_) deliver_chunk(round, first, elems);
+        if (reduces) {
+          const Chunk chunk = recv.chunk(c);
+          reduce_into(config_.dtype, config_.op, work(round) + acc_bytes(chunk.offset),
+                      slots(round) + acc_bytes(chunk.landing_offset), chunk.count);
+          if (step_ == final_step_) deliver_chunk(round, chunk.offset, chunk.count);
         }
         ++processed_;
       }

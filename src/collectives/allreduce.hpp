@@ -18,7 +18,7 @@
 
 #include "notification.hpp"
 #include "pcoll/pcoll.h"
-#include "round_plan.hpp"
+#include "reduce_plan.hpp"
 #include "transport.hpp"
 
 namespace pcoll {
@@ -96,7 +96,7 @@ class Allreduce {
   void initiate(uint64_t round);
   void join(uint64_t round);
   bool run_steps();       // true when the active round's plan is done
-  void post_sends(const PlanStep& step);
+  void post_sends(const Step& step);
   void complete_round();
   void deliver_chunk(uint64_t round, size_t first, size_t elems);
   void fill_info(uint64_t round, RoundInfo& info);
@@ -119,10 +119,9 @@ class Allreduce {
   size_t acc_elem_bytes_ = 0;
   size_t user_elem_bytes_ = 0;
   size_t total_elems_ = 0;   // count + 2P flag elements (fresh, initiator)
-  size_t chunk_elems_ = 0;
   std::chrono::milliseconds timeout_{30000};
 
-  RoundPlan plan_;
+  ReducePlan plan_;                 // this rank's steps and chunks, executed by run_steps
   size_t final_step_ = SIZE_MAX;    // see the constructor
   size_t work_bytes_ = 0;    // per parity
   size_t slot_bytes_ = 0;    // per parity

@@ -1,7 +1,10 @@
-// Unit tests of the reduction plans (src/collectives/schedule): structure rules checked on every
-// plan, and an in-memory simulation of P ranks executing their plans with the real
-// kernels, which must leave every rank with the exact (integer) or bitwise identical
-// (float) reduction. Pure logic: no transport involved.
+// Unit tests of the reduction plans (src/collectives/reduce_plan.hpp): structure rules
+// checked on every plan, and in-memory simulations of P ranks executing their plans with
+// the real kernels, which must leave every rank with the exact (integer) or bitwise
+// identical (float) reduction. The simulations move data chunk by chunk with the plan's
+// own Transfer::chunk, the function the engine (allreduce.cpp) writes and reduces with, so
+// the chunk boundaries checked here are the ones on the wire. Pure logic: no transport
+// involved.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -17,8 +20,9 @@
 
 #include "dtype.hpp"
 #include "error.hpp"
+#include "notification.hpp"
 #include "reduce_kernels.hpp"
-#include "schedule.hpp"
+#include "reduce_plan.hpp"
 
 using namespace pcoll;
 
@@ -26,7 +30,7 @@ namespace {
 
 constexpr ReduceAlgorithm kAlgorithms[] = {ReduceAlgorithm::recursive_doubling,
                                            ReduceAlgorithm::rabenseifner};
-constexpr int kMaxRanks = 33;
+constexpr int kMaxTestedRanks = 33;
 constexpr std::size_t kBigCount = (std::size_t{1} << 20) + 3;
 // Big vectors only for a few P, to keep the suite fast: powers of two and fold-ins, more
 // of them for Rabenseifner, the algorithm meant for big vectors.
@@ -41,10 +45,18 @@ std::vector<std::size_t> counts_for(int ranks) {
   return {counts.begin(), counts.end()};
 }
 
-std::vector<ReducePlan> plans_for(ReduceAlgorithm algorithm, int ranks, std::size_t count) {
+// Several chunks per transfer for most counts, so chunk boundaries are exercised.
+std::size_t chunk_size_for(std::size_t count) { return std::max<std::size_t>(1, count / 3 + 1); }
+
+std::vector<ReducePlan> plans_for(ReduceAlgorithm algorithm, int ranks, std::size_t count,
+                                  std::size_t chunk_elems) {
   std::vector<ReducePlan> plans;
-  for (int r = 0; r < ranks; ++r) plans.push_back(make_plan(algorithm, ranks, r, count));
+  for (int r = 0; r < ranks; ++r) plans.push_back(make_plan(algorithm, ranks, r, count, chunk_elems));
   return plans;
+}
+
+std::vector<ReducePlan> plans_for(ReduceAlgorithm algorithm, int ranks, std::size_t count) {
+  return plans_for(algorithm, ranks, count, chunk_size_for(count));
 }
 
 std::string describe(ReduceAlgorithm algorithm, int ranks, std::size_t count) {
@@ -56,15 +68,15 @@ std::string describe(ReduceAlgorithm algorithm, int ranks, std::size_t count) {
 template <class Check>
 void for_each_configuration(Check check) {
   for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    for (int ranks = 1; ranks <= kMaxRanks; ++ranks) {
+    for (int ranks = 1; ranks <= kMaxTestedRanks; ++ranks) {
       for (const std::size_t count : counts_for(ranks)) check(algorithm, ranks, count);
     }
   }
 }
 
-const Step* find_step(const ReducePlan& plan, int index) {
+const Step* find_step(const ReducePlan& plan, std::uint32_t tag) {
   for (const Step& s : plan.steps) {
-    if (s.index == index) return &s;
+    if (s.tag == tag) return &s;
   }
   return nullptr;
 }
@@ -89,39 +101,43 @@ struct SimRank {
   std::vector<std::byte> landing;
 };
 
-// Executes the plans of all ranks step index by step index. Within a step index every
-// write happens before any reduction (a rank reduces only after its own send completed,
-// and the peer's data has arrived); writes go rank by rank without snapshots, so a plan
-// that wrote into a range its receiver still sends in the same step would corrupt data.
-// Transfers are cut into chunks of max_chunk_elems to check that both ends agree on them.
-void simulate(const std::vector<ReducePlan>& plans, pcoll_dtype_t dtype, pcoll_op_t op,
-              std::vector<SimRank>& sim, std::size_t max_chunk_elems) {
+// Where one chunk of a transfer lands at the receiver, as the engine addresses it.
+std::byte* landing_place(SimRank& receiver, const Transfer& transfer, const Chunk& chunk, std::size_t esize) {
+  return transfer.lands_in_result() ? receiver.work.data() + chunk.offset * esize
+                                    : receiver.landing.data() + chunk.landing_offset * esize;
+}
+
+// The engine's reduction of one arrived chunk: from the landing slot into the work buffer.
+void reduce_chunk(SimRank& rank, const Chunk& chunk, pcoll_dtype_t dtype, pcoll_op_t op) {
   const std::size_t esize = wire_element_bytes(dtype);
-  const int step_indices = plans.at(0).step_index_count;
-  for (int index = 0; index < step_indices; ++index) {
+  reduce_into(dtype, op, rank.work.data() + chunk.offset * esize,
+              rank.landing.data() + chunk.landing_offset * esize, chunk.count);
+}
+
+// Executes the plans of all ranks tag by tag. Within a tag every write happens before any
+// reduction (a rank reduces only after its own send completed, and the peer's data has
+// arrived); writes go rank by rank without snapshots, so a plan that wrote into a range its
+// receiver still sends in the same step would corrupt data.
+void simulate(const std::vector<ReducePlan>& plans, pcoll_dtype_t dtype, pcoll_op_t op,
+              std::vector<SimRank>& sim) {
+  const std::size_t esize = wire_element_bytes(dtype);
+  for (std::uint32_t tag = 0; tag < plans.at(0).tag_count; ++tag) {
     for (std::size_t r = 0; r < plans.size(); ++r) {
-      const Step* step = find_step(plans[r], index);
+      const Step* step = find_step(plans[r], tag);
       if (step == nullptr || !step->sends()) continue;
       const auto q = static_cast<std::size_t>(step->peer);
-      const Step* theirs = find_step(plans[q], index);
-      REQUIRE(theirs != nullptr);
-      const std::vector<Chunk> sent = send_chunks(*step, max_chunk_elems);
-      REQUIRE(sent.size() == recv_chunks(*theirs, max_chunk_elems).size());
-      for (const Chunk& c : sent) {
-        std::byte* destination =
-            step->peer_lands_in_result
-                ? sim[q].work.data() + c.offset * esize
-                : sim[q].landing.data() + (plans[q].slot_offset(step->peer_slot) + c.slot_delta) * esize;
-        copy_bytes(destination, sim[r].work.data() + c.offset * esize, c.count * esize);
+      const Transfer& send = *step->send;
+      for (std::size_t i = 0; i < send.chunk_count(); ++i) {
+        const Chunk chunk = send.chunk(i);
+        copy_bytes(landing_place(sim[q], send, chunk, esize), sim[r].work.data() + chunk.offset * esize,
+                   chunk.count * esize);
       }
     }
     for (std::size_t r = 0; r < plans.size(); ++r) {
-      const Step* step = find_step(plans[r], index);
+      const Step* step = find_step(plans[r], tag);
       if (step == nullptr || !step->reduces()) continue;
-      for (const Chunk& c : recv_chunks(*step, max_chunk_elems)) {
-        const std::byte* arrived =
-            sim[r].landing.data() + (plans[r].slot_offset(step->slot) + c.slot_delta) * esize;
-        reduce_into(dtype, op, sim[r].work.data() + c.offset * esize, arrived, c.count);
+      for (std::size_t i = 0; i < step->recv->chunk_count(); ++i) {
+        reduce_chunk(sim[r], step->recv->chunk(i), dtype, op);
       }
     }
   }
@@ -133,12 +149,10 @@ std::vector<SimRank> make_ranks(const std::vector<ReducePlan>& plans, pcoll_dtyp
   for (std::size_t r = 0; r < plans.size(); ++r) {
     sim[r].work.resize(plans[r].count * esize);
     // Poisoned so that a read of a slot nobody wrote shows up in the result.
-    sim[r].landing.assign(plans[r].slot_total_elems() * esize, std::byte{0x5a});
+    sim[r].landing.assign(plans[r].landing_elems() * esize, std::byte{0x5a});
   }
   return sim;
 }
-
-std::size_t chunk_size_for(std::size_t count) { return std::max<std::size_t>(1, count / 3 + 1); }
 
 // Integers: every rank must hold exactly the wrapped sum (and min) of all contributions.
 void check_integer_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t count,
@@ -159,7 +173,7 @@ void check_integer_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t c
                           : std::min(expected[i], values[i]);
       }
     }
-    simulate(plans, PCOLL_INT64, op, sim, chunk_size_for(count));
+    simulate(plans, PCOLL_INT64, op, sim);
     for (int r = 0; r < ranks; ++r) {
       INFO(describe(algorithm, ranks, count) << " op=" << op_name(op) << " rank " << r);
       REQUIRE(same_bytes(sim[static_cast<std::size_t>(r)].work.data(), expected.data(),
@@ -185,7 +199,7 @@ void check_float_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t cou
       exact[i] += values[i];
     }
   }
-  simulate(plans, PCOLL_FLOAT32, op, sim, chunk_size_for(count));
+  simulate(plans, PCOLL_FLOAT32, op, sim);
   for (int r = 1; r < ranks; ++r) {
     INFO(describe(algorithm, ranks, count) << " op=" << op_name(op) << " rank " << r);
     REQUIRE(sim[static_cast<std::size_t>(r)].work == sim[0].work);
@@ -202,16 +216,19 @@ void check_float_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t cou
   }
 }
 
-// Asynchronous execution with random timing: each rank runs its steps in order, issuing
-// its send at the start of a step and finishing the step (reducing, if it reduces) once
-// its send has been delivered and the peer's data has arrived. Deliveries happen at random
-// moments, reading the sender's buffer and writing the receiver's at delivery time, which
-// is the worst case for both source reuse and early arrival. Any plan that relies on more
-// ordering than those rules give ends with a wrong integer sum for some seed.
-void check_async_execution(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::uint64_t seed) {
-  const std::vector<ReducePlan> plans = plans_for(algorithm, ranks, count);
+// Asynchronous execution with random timing, chunk by chunk, under the execution rules of
+// reduce_plan.hpp as the engine keeps them: a rank posts every chunk of its step's send at
+// the start of the step; each chunk is delivered on its own, at a random moment, reading
+// the sender's work buffer and writing the receiver's buffer at delivery time (the worst
+// case for both source reuse and early arrival); the receiver handles arrived chunks in
+// arrival order, reducing one into a range its own send still reads only once all of that
+// send's chunks were delivered; a step ends once every incoming chunk was handled,
+// whether or not its own sends were delivered. Any plan that relies on more ordering than
+// those rules give ends with a wrong integer sum for some seed.
+void check_async_execution(ReduceAlgorithm algorithm, int ranks, std::size_t count,
+                           std::size_t chunk_elems, std::uint64_t seed) {
+  const std::vector<ReducePlan> plans = plans_for(algorithm, ranks, count, chunk_elems);
   std::vector<SimRank> sim = make_ranks(plans, PCOLL_INT64);
-  constexpr std::size_t esize = sizeof(std::int64_t);
   std::vector<std::int64_t> expected(count, 0);
   std::mt19937_64 rng(seed);
   for (auto& rank : sim) {
@@ -221,64 +238,88 @@ void check_async_execution(ReduceAlgorithm algorithm, int ranks, std::size_t cou
       expected[i] += values[i];
     }
   }
+  constexpr std::size_t esize = sizeof(std::int64_t);
   struct Message {
     std::size_t from;
     const Step* step;  // the sender's step
+    std::size_t chunk;
   };
   const auto n = static_cast<std::size_t>(ranks);
-  std::vector<std::size_t> position(n, 0);       // next step of each rank
-  std::vector<bool> issued(n, false);            // current step's send issued
-  std::vector<bool> delivered(n, false);         // current step's send delivered
-  std::vector<std::set<int>> arrived(n);         // step indices whose incoming data arrived
+  const std::size_t tags = plans[0].tag_count;
+  std::vector<std::size_t> position(n, 0);   // next step of each rank
+  std::vector<bool> issued(n, false);        // current step's send issued
+  std::vector<std::size_t> handled(n, 0);    // current step's arrived chunks handled
+  // [rank][tag]: chunk indices in arrival order, and own send chunks not yet delivered.
+  std::vector<std::vector<std::vector<std::uint32_t>>> arrivals(n, std::vector<std::vector<std::uint32_t>>(tags));
+  std::vector<std::vector<std::size_t>> undelivered(n, std::vector<std::size_t>(tags, 0));
   std::vector<Message> in_flight;
+
+  const auto current = [&](std::size_t r) -> const Step* {
+    return position[r] < plans[r].steps.size() ? &plans[r].steps[position[r]] : nullptr;
+  };
+  const auto can_handle_arrival = [&](std::size_t r, const Step& step) {
+    if (!step.receives() || handled[r] >= arrivals[r][step.tag].size()) return false;
+    if (!step.reduces() || !step.sends() || !overlaps(step.send->offset, step.send->count,
+                                                      step.recv->offset, step.recv->count)) {
+      return true;
+    }
+    return undelivered[r][step.tag] == 0;  // the reduced range is still the source of our send
+  };
+  const auto can_finish = [&](std::size_t r, const Step& step) {
+    return (!step.sends() || issued[r]) && (!step.receives() || handled[r] == step.recv->chunk_count());
+  };
+
   for (;;) {
-    // Enabled actions: 0..in_flight-1 deliver a message, then one per rank that can move.
+    // Enabled actions: 0..in_flight-1 deliver a chunk, then one per rank that can move.
     std::vector<std::size_t> movable;
     for (std::size_t r = 0; r < n; ++r) {
-      if (position[r] >= plans[r].steps.size()) continue;
-      const Step& step = plans[r].steps[position[r]];
-      const bool can_issue = step.sends() && !issued[r];
-      const bool can_finish = (!step.sends() || delivered[r]) &&
-                              (!step.receives() || arrived[r].count(step.index) != 0);
-      if (can_issue || can_finish) movable.push_back(r);
+      const Step* step = current(r);
+      if (step == nullptr) continue;
+      if ((step->sends() && !issued[r]) || can_handle_arrival(r, *step) || can_finish(r, *step)) {
+        movable.push_back(r);
+      }
     }
     const std::size_t choices = in_flight.size() + movable.size();
     if (choices == 0) break;
     const std::size_t pick = rng() % choices;
     if (pick < in_flight.size()) {
       const Message m = in_flight[pick];
-      in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(pick));
-      const Step& s = *m.step;
-      const auto q = static_cast<std::size_t>(s.peer);
-      std::byte* destination = s.peer_lands_in_result
-                                   ? sim[q].work.data() + s.send_offset * esize
-                                   : sim[q].landing.data() + plans[q].slot_offset(s.peer_slot) * esize;
-      copy_bytes(destination, sim[m.from].work.data() + s.send_offset * esize, s.send_count * esize);
-      arrived[q].insert(s.index);
-      // The sender learns of the delivery through its completion queue.
-      if (position[m.from] < plans[m.from].steps.size() && &plans[m.from].steps[position[m.from]] == m.step) {
-        delivered[m.from] = true;
-      }
+      in_flight[pick] = in_flight.back();  // deliveries are unordered anyway
+      in_flight.pop_back();
+      const Transfer& send = *m.step->send;
+      const auto q = static_cast<std::size_t>(m.step->peer);
+      const Chunk chunk = send.chunk(m.chunk);
+      copy_bytes(landing_place(sim[q], send, chunk, esize), sim[m.from].work.data() + chunk.offset * esize,
+                 chunk.count * esize);
+      arrivals[q][m.step->tag].push_back(chunk.index);
+      --undelivered[m.from][m.step->tag];
       continue;
     }
     const std::size_t r = movable[pick - in_flight.size()];
-    const Step& step = plans[r].steps[position[r]];
+    const Step& step = *current(r);
     if (step.sends() && !issued[r]) {
       issued[r] = true;
-      in_flight.push_back(Message{r, &step});
-      continue;
+      for (std::size_t i = 0; i < step.send->chunk_count(); ++i) in_flight.push_back(Message{r, &step, i});
+      undelivered[r][step.tag] = step.send->chunk_count();
+    } else if (can_handle_arrival(r, step)) {
+      const std::uint32_t index = arrivals[r][step.tag][handled[r]];
+      INFO(describe(algorithm, ranks, count) << " rank " << r << " tag " << step.tag);
+      REQUIRE(index < step.recv->chunk_count());
+      if (step.reduces()) reduce_chunk(sim[r], step.recv->chunk(index), PCOLL_INT64, PCOLL_OP_SUM);
+      ++handled[r];
+    } else {
+      ++position[r];
+      issued[r] = false;
+      handled[r] = 0;
     }
-    if (step.reduces()) {
-      reduce_into(PCOLL_INT64, PCOLL_OP_SUM, sim[r].work.data() + step.recv_offset * esize,
-                  sim[r].landing.data() + plans[r].slot_offset(step.slot) * esize, step.recv_count);
-    }
-    ++position[r];
-    issued[r] = false;
-    delivered[r] = false;
   }
   for (std::size_t r = 0; r < n; ++r) {
     INFO("rank " << r);
     REQUIRE(position[r] == plans[r].steps.size());
+    for (const Step& step : plans[r].steps) {
+      // Exactly the chunks the sender cut, each once.
+      if (step.receives()) CHECK(arrivals[r][step.tag].size() == step.recv->chunk_count());
+    }
     REQUIRE(same_bytes(sim[r].work.data(), expected.data(), count * esize));
   }
 }
@@ -314,22 +355,21 @@ TEST_CASE("every exchange is symmetric: if r sends to q at step s, q expects r a
     const std::vector<ReducePlan> plans = plans_for(algorithm, ranks, count);
     for (const ReducePlan& plan : plans) {
       for (const Step& s : plan.steps) {
-        INFO(describe(algorithm, ranks, count) << " rank " << plan.rank << " step " << s.index);
+        INFO(describe(algorithm, ranks, count) << " rank " << plan.rank << " step " << s.tag);
         REQUIRE(s.peer >= 0);
         REQUIRE(s.peer < ranks);
         REQUIRE(s.peer != plan.rank);
-        const Step* t = find_step(plans[static_cast<std::size_t>(s.peer)], s.index);
+        REQUIRE((s.sends() || s.receives()));
+        const Step* t = find_step(plans[static_cast<std::size_t>(s.peer)], s.tag);
         REQUIRE(t != nullptr);
         CHECK(t->peer == plan.rank);
         CHECK(s.sends() == t->receives());
         CHECK(s.receives() == t->sends());
-        if (s.sends()) {
-          // My data lands at the same offset of the peer's work buffer (or slot-relative).
-          CHECK(s.send_offset == t->recv_offset);
-          CHECK(s.send_count == t->recv_count);
-          CHECK(s.peer_slot == t->slot);
-          CHECK(s.peer_lands_in_result == t->lands_in_result);
-          CHECK(t->reduces() != t->lands_in_result);
+        if (s.sends() && t->receives()) {
+          // My data lands at the same offset of the peer's work buffer (or slot-relative),
+          // cut into the same chunks on both ends.
+          CHECK(*s.send == *t->recv);
+          CHECK(s.send->chunk_elems == plan.chunk_elems);
         }
       }
     }
@@ -342,33 +382,34 @@ TEST_CASE("landing slots don't overlap, hold every incoming segment, one step ea
     for (const ReducePlan& plan : plans) {
       INFO(describe(algorithm, ranks, count) << " rank " << plan.rank);
       // Same layout on every rank: a writer uses its own plan's offsets for the peer's slot.
-      REQUIRE(plan.slots.size() == plans[0].slots.size());
-      for (std::size_t i = 0; i < plan.slots.size(); ++i) {
-        CHECK(plan.slots[i].offset == plans[0].slots[i].offset);
-        CHECK(plan.slots[i].elems == plans[0].slots[i].elems);
-        if (i > 0) CHECK(plan.slots[i].offset >= plan.slots[i - 1].offset + plan.slots[i - 1].elems);
+      REQUIRE(plan.landing_slots.size() == plans[0].landing_slots.size());
+      for (std::size_t i = 0; i < plan.landing_slots.size(); ++i) {
+        CHECK(plan.landing_slots[i].offset == plans[0].landing_slots[i].offset);
+        CHECK(plan.landing_slots[i].elems == plans[0].landing_slots[i].elems);
+        if (i > 0) {
+          CHECK(plan.landing_slots[i].offset >= plan.landing_slots[i - 1].offset + plan.landing_slots[i - 1].elems);
+        }
       }
       std::set<int> used_slots;
-      std::set<int> indices;
+      std::set<std::uint32_t> tags;
       for (const Step& s : plan.steps) {
-        CHECK(indices.insert(s.index).second);
-        CHECK(s.index < plan.step_index_count);
-        if (s.reduces()) {
-          REQUIRE(s.slot >= 0);
-          REQUIRE(static_cast<std::size_t>(s.slot) < plan.slots.size());
-          CHECK(used_slots.insert(s.slot).second);
-          CHECK(s.recv_count <= plan.slot_elems(s.slot));
-          CHECK(!s.lands_in_result);
-        } else {
-          CHECK(s.slot == kNoSlot);
+        CHECK(tags.insert(s.tag).second);
+        CHECK(s.tag < plan.tag_count);
+        for (const auto& transfer : {s.send, s.recv}) {
+          if (!transfer) continue;
+          CHECK(transfer->offset + transfer->count <= count);
+          if (transfer->lands_in_result()) continue;
+          REQUIRE(transfer->slot >= 0);
+          REQUIRE(static_cast<std::size_t>(transfer->slot) < plan.landing_slots.size());
+          const LandingSlot& slot = plan.landing_slots[static_cast<std::size_t>(transfer->slot)];
+          CHECK(transfer->slot_offset == slot.offset);
+          CHECK(transfer->count <= slot.elems);
         }
-        if (s.receives() && !s.reduces()) CHECK(s.lands_in_result);
-        CHECK(s.send_offset + s.send_count <= count);
-        CHECK(s.recv_offset + s.recv_count <= count);
+        if (s.reduces()) CHECK(used_slots.insert(s.recv->slot).second);
       }
-      // Steps run in index order.
+      // Steps run in tag order.
       CHECK(std::is_sorted(plan.steps.begin(), plan.steps.end(),
-                           [](const Step& a, const Step& b) { return a.index < b.index; }));
+                           [](const Step& a, const Step& b) { return a.tag < b.tag; }));
     }
   });
 }
@@ -377,9 +418,9 @@ TEST_CASE("data landing in the result never overwrites what the receiver sends i
   for_each_configuration([](ReduceAlgorithm algorithm, int ranks, std::size_t count) {
     for (const ReducePlan& plan : plans_for(algorithm, ranks, count)) {
       for (const Step& s : plan.steps) {
-        if (!s.lands_in_result || !s.sends()) continue;
-        INFO(describe(algorithm, ranks, count) << " rank " << plan.rank << " step " << s.index);
-        CHECK_FALSE(overlaps(s.recv_offset, s.recv_count, s.send_offset, s.send_count));
+        if (!s.receives() || !s.recv->lands_in_result() || !s.sends()) continue;
+        INFO(describe(algorithm, ranks, count) << " rank " << plan.rank << " step " << s.tag);
+        CHECK_FALSE(overlaps(s.recv->offset, s.recv->count, s.send->offset, s.send->count));
       }
     }
   });
@@ -387,11 +428,14 @@ TEST_CASE("data landing in the result never overwrites what the receiver sends i
 
 TEST_CASE("plans give the exact result under any interleaving the execution rules allow") {
   for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    for (int ranks = 1; ranks <= kMaxRanks; ++ranks) {
+    for (int ranks = 1; ranks <= kMaxTestedRanks; ++ranks) {
       for (const std::size_t count : {std::size_t{1}, static_cast<std::size_t>(ranks) + 1, std::size_t{100}}) {
-        for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-          INFO(describe(algorithm, ranks, count) << " seed " << seed);
-          check_async_execution(algorithm, ranks, count, seed);
+        // One element per chunk, a few, and one chunk per transfer.
+        for (const std::size_t chunk_elems : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+          for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+            INFO(describe(algorithm, ranks, count) << " chunk_elems " << chunk_elems << " seed " << seed);
+            check_async_execution(algorithm, ranks, count, chunk_elems, seed);
+          }
         }
       }
     }
@@ -399,14 +443,14 @@ TEST_CASE("plans give the exact result under any interleaving the execution rule
 }
 
 TEST_CASE("rabenseifner moves about 2*count elements per core rank") {
-  for (int ranks = 2; ranks <= kMaxRanks; ++ranks) {
+  for (int ranks = 2; ranks <= kMaxTestedRanks; ++ranks) {
     const std::size_t count = 1000 * static_cast<std::size_t>(ranks);
     for (int r = 0; r < ranks; ++r) {
-      const ReducePlan plan = rabenseifner(ranks, r, count);
+      const ReducePlan plan = rabenseifner(ranks, r, count, chunk_size_for(count));
       if (core_index(ranks, r) < 0) continue;
       std::size_t core_sent = 0;
       for (const Step& s : plan.steps) {
-        if (s.kind == StepKind::send_reduce || s.kind == StepKind::send_copy) core_sent += s.send_count;
+        if (s.kind() == StepKind::send_reduce || s.kind() == StepKind::send_copy) core_sent += s.send->count;
       }
       const int p2 = core_ranks(ranks);
       INFO("P=" << ranks << " rank " << r);
@@ -415,6 +459,29 @@ TEST_CASE("rabenseifner moves about 2*count elements per core rank") {
       CHECK(std::fabs(static_cast<double>(core_sent) - ideal) <= 2.0 * p2);
     }
   }
+}
+
+TEST_CASE("steps are of the kinds their algorithm names, and fold-in steps carry the whole vector") {
+  for_each_configuration([](ReduceAlgorithm algorithm, int ranks, std::size_t count) {
+    for (const ReducePlan& plan : plans_for(algorithm, ranks, count)) {
+      const auto last_tag = plan.tag_count - 1;
+      for (const Step& s : plan.steps) {
+        INFO(describe(algorithm, ranks, count) << " rank " << plan.rank << " step " << s.tag);
+        const bool extra = is_extra_rank(ranks, plan.rank);
+        if (s.tag == 0) {
+          CHECK(s.kind() == (extra ? StepKind::send_only : StepKind::recv_reduce));
+          CHECK((extra ? *s.send : *s.recv).count == count);
+        } else if (s.tag == last_tag) {
+          CHECK(s.kind() == (extra ? StepKind::recv_copy : StepKind::send_only));
+          CHECK((extra ? *s.recv : *s.send).count == count);
+        } else if (algorithm == ReduceAlgorithm::recursive_doubling || s.tag <= last_tag / 2) {
+          CHECK(s.kind() == StepKind::send_reduce);
+        } else {
+          CHECK(s.kind() == StepKind::send_copy);
+        }
+      }
+    }
+  });
 }
 
 TEST_CASE("segments split count unevenly by at most one element, for any count") {
@@ -467,44 +534,83 @@ TEST_CASE("extra ranks fold into distinct adjacent partners, one per core rank a
 
 TEST_CASE("chunks cover a transfer exactly, and an empty transfer is one empty chunk") {
   for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{9}, std::size_t{10}, std::size_t{1001}}) {
-    for (const std::size_t max_elems : {std::size_t{1}, std::size_t{3}, std::size_t{10}, std::size_t{4096}}) {
-      const std::vector<Chunk> cs = chunks(100, count, max_elems);
-      REQUIRE(cs.size() == chunk_count(count, max_elems));
+    for (const std::size_t chunk_elems : {std::size_t{1}, std::size_t{3}, std::size_t{10}, std::size_t{4096}}) {
+      const Transfer transfer{100, count, 2, 500, chunk_elems};
+      const std::size_t chunks = transfer.chunk_count();
+      CHECK(chunks == (count == 0 ? 1 : (count + chunk_elems - 1) / chunk_elems));
       std::size_t next = 100;
-      for (std::size_t i = 0; i < cs.size(); ++i) {
-        CHECK(cs[i].index == static_cast<int>(i));
-        CHECK(cs[i].offset == next);
-        CHECK(cs[i].slot_delta == next - 100);
-        CHECK(cs[i].count <= max_elems);
-        if (count != 0) CHECK(cs[i].count > 0);
-        next += cs[i].count;
+      for (std::size_t i = 0; i < chunks; ++i) {
+        const Chunk chunk = transfer.chunk(i);
+        CHECK(chunk.index == i);
+        CHECK(chunk.offset == next);
+        CHECK(chunk.landing_offset == 500 + (next - 100));
+        CHECK(chunk.count <= chunk_elems);
+        // Every chunk but the last is full: both ends find a chunk's place from its index.
+        if (i + 1 < chunks) CHECK(chunk.count == chunk_elems);
+        if (count != 0) CHECK(chunk.count > 0);
+        next += chunk.count;
       }
       CHECK(next == 100 + count);
     }
   }
-  CHECK(chunk_count(0, 7) == 1);
-  CHECK_THROWS_AS(chunk_count(5, 0), Error);
+}
+
+TEST_CASE("chunks hold PCOLL_CHUNK_BYTES, grown so that a notification can number them") {
+  CHECK(chunk_elems_for(1000, 256 * 1024, 4) == 65536);
+  CHECK(chunk_elems_for(1000, 256 * 1024, 8) == 32768);
+  CHECK(chunk_elems_for(1000, 2, 4) == 1);  // at least one element
+  const std::size_t huge = (std::size_t{1} << 30) + 6;
+  CHECK(chunk_elems_for(huge, 4096, 4) == (huge + kMaxChunks - 1) / kMaxChunks);
+  CHECK_THROWS_AS(chunk_elems_for(1000, 4096, 0), Error);
+  // Plans sized as the engine sizes them never need a chunk or tag the notification lacks.
+  for (const ReduceAlgorithm algorithm : kAlgorithms) {
+    for (const int ranks : {1, 2, 3, 8, 13, 1000}) {
+      for (const std::size_t count : {std::size_t{0}, std::size_t{1000}, huge}) {
+        const ReducePlan plan = make_plan(algorithm, ranks, ranks - 1, count, chunk_elems_for(count, 4096, 4));
+        INFO(describe(algorithm, ranks, count));
+        CHECK(plan.tag_count <= kMaxSlots);
+        for (const Step& s : plan.steps) {
+          for (const auto& transfer : {s.send, s.recv}) {
+            if (transfer) CHECK(transfer->chunk_count() <= kMaxChunks);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("transfers overlap only when both carry elements in a common range") {
+  const auto range = [](std::size_t offset, std::size_t count) { return Transfer{offset, count, kNoSlot, 0, 1}; };
+  CHECK(ranges_overlap(range(0, 10), range(0, 10)));
+  CHECK(ranges_overlap(range(0, 10), range(9, 1)));
+  CHECK_FALSE(ranges_overlap(range(0, 10), range(10, 5)));
+  CHECK_FALSE(ranges_overlap(range(10, 5), range(0, 10)));
+  CHECK_FALSE(ranges_overlap(range(3, 0), range(0, 10)));
 }
 
 TEST_CASE("a single rank has nothing to exchange") {
   for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    const ReducePlan plan = make_plan(algorithm, 1, 0, 1000);
+    const ReducePlan plan = make_plan(algorithm, 1, 0, 1000, 64);
     CHECK(plan.steps.empty());
-    CHECK(plan.slot_total_elems() == 0);
+    CHECK(plan.landing_elems() == 0);
   }
 }
 
-TEST_CASE("invalid ranks are rejected with an error") {
-  CHECK_THROWS_AS(recursive_doubling(0, 0, 10), Error);
-  CHECK_THROWS_AS(rabenseifner(4, 4, 10), Error);
-  CHECK_THROWS_AS(rabenseifner(4, -1, 10), Error);
+TEST_CASE("invalid ranks and chunk sizes are rejected with an error") {
+  CHECK_THROWS_AS(recursive_doubling(0, 0, 10, 1), Error);
+  CHECK_THROWS_AS(rabenseifner(4, 4, 10, 1), Error);
+  CHECK_THROWS_AS(rabenseifner(4, -1, 10, 1), Error);
+  CHECK_THROWS_AS(make_plan(ReduceAlgorithm::recursive_doubling, 4, 0, 10, 0), Error);
   CHECK_THROWS_AS(core_rank(5, 4), Error);
 }
 
 TEST_CASE("small vectors use recursive doubling, large ones rabenseifner") {
   CHECK(choose_algorithm(16, 1024) == ReduceAlgorithm::recursive_doubling);
+  CHECK(choose_algorithm(16, kRecursiveDoublingMaxBytes) == ReduceAlgorithm::recursive_doubling);
+  CHECK(choose_algorithm(16, kRecursiveDoublingMaxBytes + 1) == ReduceAlgorithm::rabenseifner);
   CHECK(choose_algorithm(16, 1 << 20) == ReduceAlgorithm::rabenseifner);
   CHECK(choose_algorithm(2, 1 << 20) == ReduceAlgorithm::recursive_doubling);
   CHECK(choose_algorithm(3, 1 << 20) == ReduceAlgorithm::recursive_doubling);
   CHECK(choose_algorithm(5, 1 << 20) == ReduceAlgorithm::rabenseifner);
+  CHECK(choose_algorithm(16, 1 << 20, 1 << 20) == ReduceAlgorithm::recursive_doubling);
 }

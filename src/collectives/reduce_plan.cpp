@@ -1,4 +1,5 @@
-// Reduction plans (see schedule.hpp): recursive doubling and Rabenseifner for any P.
+// Reduction plans (see reduce_plan.hpp): recursive doubling and Rabenseifner for any P,
+// down to the chunks of every transfer.
 //
 // Why every rank ends with a bitwise identical result (given bitwise commutative ops,
 // reduce_kernels.hpp):
@@ -12,19 +13,20 @@
 //     and ends owned by exactly one core rank; the allgather only copies bits, so there is
 //     a single computed value per element to agree on.
 //   - post-step: the extra rank receives a copy of its partner's bits.
-#include "schedule.hpp"
+#include "reduce_plan.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <string>
 
 #include "error.hpp"
+#include "notification.hpp"
 
 namespace pcoll {
 
 namespace {
 
-constexpr int kPreStepIndex = 0;
+constexpr std::uint32_t kPreStepTag = 0;
 constexpr int kFoldInSlot = 0;
 
 void check_ranks(int ranks, int rank) {
@@ -37,61 +39,69 @@ void check_ranks(int ranks, int rank) {
 
 int log2_exact(int power_of_two) { return std::countr_zero(static_cast<unsigned>(power_of_two)); }
 
+// A transfer into the receiver's landing slot `slot`, reduced from there.
+Transfer into_slot(const ReducePlan& plan, int slot, std::size_t offset, std::size_t count) {
+  return Transfer{offset, count, slot, plan.landing_slots.at(static_cast<std::size_t>(slot)).offset,
+                  plan.chunk_elems};
+}
+
+// A transfer written straight into the receiver's work buffer (a copy of final values).
+Transfer into_result(const ReducePlan& plan, std::size_t offset, std::size_t count) {
+  return Transfer{offset, count, kNoSlot, 0, plan.chunk_elems};
+}
+
 // The pre-step: the extra rank sends its whole vector into its partner's fold-in slot.
 void add_pre_step(ReducePlan& plan) {
   const int partner = fold_partner(plan.ranks, plan.rank);
   if (partner < 0) return;
   Step step;
-  step.index = kPreStepIndex;
+  step.tag = kPreStepTag;
   step.peer = partner;
+  const Transfer whole_vector = into_slot(plan, kFoldInSlot, 0, plan.count);
   if (is_extra_rank(plan.ranks, plan.rank)) {
-    step.kind = StepKind::send_only;
-    step.send_count = plan.count;
-    step.peer_slot = kFoldInSlot;
+    step.send = whole_vector;
   } else {
-    step.kind = StepKind::recv_reduce;
-    step.recv_count = plan.count;
-    step.slot = kFoldInSlot;
+    step.recv = whole_vector;
   }
   plan.steps.push_back(step);
 }
 
 // The post-step: the partner writes the full result straight into the extra rank's work
 // buffer, which that rank no longer reads from (its only send was the pre-step).
-void add_post_step(ReducePlan& plan, int index) {
+void add_post_step(ReducePlan& plan, std::uint32_t tag) {
   const int partner = fold_partner(plan.ranks, plan.rank);
   if (partner < 0) return;
   Step step;
-  step.index = index;
+  step.tag = tag;
   step.peer = partner;
+  const Transfer whole_result = into_result(plan, 0, plan.count);
   if (is_extra_rank(plan.ranks, plan.rank)) {
-    step.kind = StepKind::recv_copy;
-    step.recv_count = plan.count;
-    step.lands_in_result = true;
+    step.recv = whole_result;
   } else {
-    step.kind = StepKind::send_only;
-    step.send_count = plan.count;
-    step.peer_lands_in_result = true;
+    step.send = whole_result;
   }
   plan.steps.push_back(step);
 }
 
-ReducePlan empty_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count) {
+ReducePlan empty_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
+                      std::size_t chunk_elems) {
   check_ranks(ranks, rank);
+  if (chunk_elems == 0) invalid_argument("reduction plan: chunk_elems must be >= 1");
   ReducePlan plan;
   plan.algorithm = algorithm;
   plan.ranks = ranks;
   plan.rank = rank;
   plan.count = count;
+  plan.chunk_elems = chunk_elems;
   // Slot 0 receives the fold-in pre-step; it is empty when ranks is a power of two.
   const bool folds = ranks != core_ranks(ranks);
-  plan.slots.push_back(SlotRange{0, folds ? count : 0});
+  plan.landing_slots.push_back(LandingSlot{0, folds ? count : 0});
   return plan;
 }
 
 void append_slot(ReducePlan& plan, std::size_t elems) {
-  const SlotRange& last = plan.slots.back();
-  plan.slots.push_back(SlotRange{last.offset + last.elems, elems});
+  const LandingSlot& last = plan.landing_slots.back();
+  plan.landing_slots.push_back(LandingSlot{last.offset + last.elems, elems});
 }
 
 }  // namespace
@@ -115,8 +125,14 @@ const char* step_kind_name(StepKind kind) {
   return "invalid";
 }
 
-std::size_t ReducePlan::slot_total_elems() const {
-  return slots.empty() ? 0 : slots.back().offset + slots.back().elems;
+StepKind Step::kind() const {
+  if (!recv) return StepKind::send_only;
+  if (!send) return reduces() ? StepKind::recv_reduce : StepKind::recv_copy;
+  return reduces() ? StepKind::send_reduce : StepKind::send_copy;
+}
+
+std::size_t ReducePlan::landing_elems() const {
+  return landing_slots.empty() ? 0 : landing_slots.back().offset + landing_slots.back().elems;
 }
 
 // --- fold-in mapping ---------------------------------------------------------------------
@@ -171,29 +187,27 @@ std::size_t block_elems(std::size_t count, int blocks, int block) {
 
 // Core step k (1..L) pairs core ranks differing in bit k-1: nearest neighbours first, which
 // are usually on the same node.
-ReducePlan recursive_doubling(int ranks, int rank, std::size_t count) {
-  ReducePlan plan = empty_plan(ReduceAlgorithm::recursive_doubling, ranks, rank, count);
+ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_t chunk_elems) {
+  ReducePlan plan = empty_plan(ReduceAlgorithm::recursive_doubling, ranks, rank, count, chunk_elems);
   const int p2 = core_ranks(ranks);
   const int levels = log2_exact(p2);
   for (int k = 1; k <= levels; ++k) append_slot(plan, count);
-  plan.step_index_count = levels + 2;
+  plan.tag_count = static_cast<std::uint32_t>(levels + 2);
 
   add_pre_step(plan);
   const int me = core_index(ranks, rank);
   if (me >= 0) {
     for (int k = 1; k <= levels; ++k) {
       Step step;
-      step.index = k;
+      step.tag = static_cast<std::uint32_t>(k);
       step.peer = core_rank(ranks, me ^ (1 << (k - 1)));
-      step.kind = StepKind::send_reduce;
-      step.send_count = count;
-      step.recv_count = count;
-      step.slot = k;
-      step.peer_slot = k;
+      // Both ends send the whole vector into each other's slot k and reduce it from there.
+      step.send = into_slot(plan, k, 0, count);
+      step.recv = step.send;
       plan.steps.push_back(step);
     }
   }
-  add_post_step(plan, levels + 1);
+  add_post_step(plan, static_cast<std::uint32_t>(levels + 1));
   return plan;
 }
 
@@ -204,8 +218,8 @@ ReducePlan recursive_doubling(int ranks, int rank, std::size_t count) {
 // range depends only on bits 0..k-2. After L steps this rank owns one block; the
 // allgather replays the steps backwards, sending what it owns and receiving the half it
 // gave away, straight into its work buffer.
-ReducePlan rabenseifner(int ranks, int rank, std::size_t count) {
-  ReducePlan plan = empty_plan(ReduceAlgorithm::rabenseifner, ranks, rank, count);
+ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chunk_elems) {
+  ReducePlan plan = empty_plan(ReduceAlgorithm::rabenseifner, ranks, rank, count, chunk_elems);
   const int p2 = core_ranks(ranks);
   const int levels = log2_exact(p2);
   // Slot k receives a half of p2 >> k consecutive blocks; bound it by the largest block
@@ -214,7 +228,7 @@ ReducePlan rabenseifner(int ranks, int rank, std::size_t count) {
   for (int k = 1; k <= levels; ++k) {
     append_slot(plan, static_cast<std::size_t>(p2 >> k) * largest_block_elems);
   }
-  plan.step_index_count = 2 * levels + 2;
+  plan.tag_count = static_cast<std::uint32_t>(2 * levels + 2);
 
   add_pre_step(plan);
   const int me = core_index(ranks, rank);
@@ -244,79 +258,48 @@ ReducePlan rabenseifner(int ranks, int rank, std::size_t count) {
     for (int k = 1; k <= levels; ++k) {
       const Halving& h = halvings[static_cast<std::size_t>(k - 1)];
       Step step;
-      step.index = k;
+      step.tag = static_cast<std::uint32_t>(k);
       step.peer = h.peer;
-      step.kind = StepKind::send_reduce;
-      step.send_offset = range_offset(h.give_begin);
-      step.send_count = range_elems(h.give_begin, h.give_end);
-      step.recv_offset = range_offset(h.keep_begin);
-      step.recv_count = range_elems(h.keep_begin, h.keep_end);
-      step.slot = k;
-      step.peer_slot = k;
+      step.send = into_slot(plan, k, range_offset(h.give_begin), range_elems(h.give_begin, h.give_end));
+      step.recv = into_slot(plan, k, range_offset(h.keep_begin), range_elems(h.keep_begin, h.keep_end));
       plan.steps.push_back(step);
     }
     for (int j = 1; j <= levels; ++j) {
       const Halving& h = halvings[static_cast<std::size_t>(levels - j)];
       Step step;
-      step.index = levels + j;
+      step.tag = static_cast<std::uint32_t>(levels + j);
       step.peer = h.peer;
-      step.kind = StepKind::send_copy;
-      step.send_offset = range_offset(h.keep_begin);
-      step.send_count = range_elems(h.keep_begin, h.keep_end);
-      step.recv_offset = range_offset(h.give_begin);
-      step.recv_count = range_elems(h.give_begin, h.give_end);
-      step.lands_in_result = true;
-      step.peer_lands_in_result = true;
+      step.send = into_result(plan, range_offset(h.keep_begin), range_elems(h.keep_begin, h.keep_end));
+      step.recv = into_result(plan, range_offset(h.give_begin), range_elems(h.give_begin, h.give_end));
       plan.steps.push_back(step);
     }
   }
-  add_post_step(plan, 2 * levels + 1);
+  add_post_step(plan, static_cast<std::uint32_t>(2 * levels + 1));
   return plan;
 }
 
-ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count) {
+ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
+                     std::size_t chunk_elems) {
   switch (algorithm) {
-    case ReduceAlgorithm::recursive_doubling: return recursive_doubling(ranks, rank, count);
-    case ReduceAlgorithm::rabenseifner: return rabenseifner(ranks, rank, count);
+    case ReduceAlgorithm::recursive_doubling: return recursive_doubling(ranks, rank, count, chunk_elems);
+    case ReduceAlgorithm::rabenseifner: return rabenseifner(ranks, rank, count, chunk_elems);
   }
   invalid_argument("unknown reduction algorithm " + std::to_string(static_cast<int>(algorithm)));
 }
 
-ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes, std::size_t rabenseifner_min_bytes) {
+ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes, std::size_t recursive_doubling_max_bytes) {
   // With two or fewer core ranks both algorithms do a single full exchange or less.
-  if (core_ranks(ranks) <= 2 || bytes < rabenseifner_min_bytes) {
+  if (core_ranks(ranks) <= 2 || bytes <= recursive_doubling_max_bytes) {
     return ReduceAlgorithm::recursive_doubling;
   }
   return ReduceAlgorithm::rabenseifner;
 }
 
-// --- pipelining ----------------------------------------------------------------------------
-
-std::size_t chunk_count(std::size_t count, std::size_t max_chunk_elems) {
-  if (max_chunk_elems == 0) invalid_argument("chunk_count: max_chunk_elems must be >= 1");
-  return count == 0 ? 1 : (count + max_chunk_elems - 1) / max_chunk_elems;
-}
-
-std::vector<Chunk> chunks(std::size_t offset, std::size_t count, std::size_t max_chunk_elems) {
-  const std::size_t n = chunk_count(count, max_chunk_elems);
-  std::vector<Chunk> result;
-  result.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t delta = i * max_chunk_elems;
-    result.push_back(Chunk{static_cast<int>(i), offset + delta,
-                           std::min(max_chunk_elems, count - delta), delta});
-  }
-  return result;
-}
-
-std::vector<Chunk> send_chunks(const Step& step, std::size_t max_chunk_elems) {
-  if (!step.sends()) return {};
-  return chunks(step.send_offset, step.send_count, max_chunk_elems);
-}
-
-std::vector<Chunk> recv_chunks(const Step& step, std::size_t max_chunk_elems) {
-  if (!step.receives()) return {};
-  return chunks(step.recv_offset, step.recv_count, max_chunk_elems);
+std::size_t chunk_elems_for(std::size_t count, std::size_t chunk_bytes, std::size_t element_bytes) {
+  if (element_bytes == 0) invalid_argument("chunk_elems_for: element_bytes must be >= 1");
+  const std::size_t from_bytes = std::max<std::size_t>(1, chunk_bytes / element_bytes);
+  // A transfer is at most the whole vector: kMaxChunks chunks of this size cover it.
+  return std::max(from_bytes, (count + kMaxChunks - 1) / kMaxChunks);
 }
 
 }  // namespace pcoll

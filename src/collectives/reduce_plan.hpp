@@ -1,0 +1,181 @@
+// Reduction plans: what one rank does, step by step and chunk by chunk, in one allreduce
+// round. A plan is pure data computed from (algorithm, ranks, rank, count, chunk size);
+// the engine (allreduce.cpp) executes it with RDMA writes and notifications, and the
+// schedule tests (tests/unit/test_schedule.cpp) check the same data: the same steps,
+// landing offsets and chunk boundaries.
+//
+// Offsets and counts are in accumulation elements (dtype.hpp: wire_element_bytes) of the
+// rank's work buffer, which every rank lays out the same way, so data always moves from
+// offset x on the sender to offset x on the receiver (in its work buffer, or in a landing
+// slot at the same relative position).
+//
+// Algorithms (any ranks >= 1):
+//   recursive_doubling  log2(p2) full-vector exchanges; latency-optimal, for small vectors.
+//   rabenseifner        recursive-halving reduce-scatter then recursive-doubling allgather;
+//                       moves ~2*count elements per rank whatever p2, for large vectors.
+// where p2 is the largest power of two <= ranks. The extra = ranks - p2 ranks fold in
+// first: the even ranks 0, 2, .., 2*extra-2 send their whole vector to rank+1 (pre-step)
+// and sit out; the p2 "core" ranks run the power-of-two algorithm; each partner then sends
+// the full result back (post-step). Pairs are adjacent ranks, which are usually on the
+// same node, so the fold-in traffic stays on the fastest link, and every core rank absorbs
+// at most one extra rank: the extra work (one reduction, one send of the vector) is
+// spread over as many ranks as possible, no rank doing it twice.
+//
+// Step tags are the same on both ends of an exchange and across ranks:
+//   0                  pre-step (fold-in)
+//   1 .. L             recursive doubling steps, or reduce-scatter steps (L = log2 p2)
+//   L+1 .. 2L          allgather steps (rabenseifner only)
+//   last               post-step (fold-in)
+// A rank's plan lists only the steps it takes part in, in execution order. Steps may
+// carry zero elements (count < p2, count == 0): they still need their notification so
+// that the peer's step completes (or the engine skips the whole round when count == 0,
+// which every rank knows).
+//
+// Execution rules the engine keeps (and the schedule tests simulate, chunk by chunk, in
+// every order they allow):
+//   - a step's chunks are written and notified each on its own, and may arrive in any
+//     order, before or after the receiver reaches the step;
+//   - a step starts (posts its sends) once the previous steps of this rank are complete:
+//     every incoming chunk arrived and, where the step reduces, reduced; a step does not
+//     wait for its own sends to complete;
+//   - a step reduces into a range it also sends only after its sends completed locally
+//     (recursive doubling sends and reduces the same range);
+//   - incoming data that lands in the result is written by the peer straight into this
+//     rank's work buffer; plans guarantee that range is disjoint from what this rank still
+//     sends.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace pcoll {
+
+enum class ReduceAlgorithm { recursive_doubling, rabenseifner };
+
+const char* algorithm_name(ReduceAlgorithm algorithm);
+
+inline constexpr int kNoSlot = -1;
+
+// One piece of a transfer, written and notified on its own so that the receiver can reduce
+// it while later pieces are on the wire. Both ends of an exchange hold the same Transfer,
+// so chunk i means the same elements on both.
+struct Chunk {
+  std::uint32_t index = 0;         // 0-based; goes into the notification
+  std::size_t offset = 0;          // work buffer elements: read by the sender, reduced into
+                                   // or landed in at the receiver
+  std::size_t count = 0;
+  std::size_t landing_offset = 0;  // when the transfer lands in a slot: elements from the
+                                   // start of the receiver's landing area
+};
+
+// What one step moves in one direction: a range of the work buffer (the same range on both
+// ends), where it lands at the receiver, and how it is cut into chunks. The sender's send
+// and the receiver's recv of one exchange are equal.
+struct Transfer {
+  std::size_t offset = 0;       // work buffer elements
+  std::size_t count = 0;
+  int slot = kNoSlot;           // the receiver's landing slot, which it reduces from;
+                                // kNoSlot: lands straight in its work buffer at offset
+  std::size_t slot_offset = 0;  // where that slot starts in the landing area (elements)
+  std::size_t chunk_elems = 1;  // the plan's chunk size, >= 1
+
+  bool lands_in_result() const { return slot == kNoSlot; }
+
+  // At least one chunk, even for a zero count, so that an empty transfer is still notified.
+  std::size_t chunk_count() const { return count == 0 ? 1 : (count + chunk_elems - 1) / chunk_elems; }
+  // Chunk i < chunk_count(): chunk_elems elements, except the last, which holds the rest.
+  Chunk chunk(std::size_t i) const {
+    const std::size_t delta = i * chunk_elems;
+    return Chunk{static_cast<std::uint32_t>(i), offset + delta, std::min(chunk_elems, count - delta),
+                 slot_offset + delta};
+  }
+
+  bool operator==(const Transfer&) const = default;
+};
+
+// True when both transfers carry elements and their work buffer ranges intersect.
+inline bool ranges_overlap(const Transfer& a, const Transfer& b) {
+  return a.count != 0 && b.count != 0 && a.offset < b.offset + b.count && b.offset < a.offset + a.count;
+}
+
+enum class StepKind {
+  send_reduce,  // write my send range to the peer's slot; reduce the peer's data (my slot) into my recv range
+  send_copy,    // write my send range straight into the peer's work buffer; the peer does the same to me
+  send_only,    // write my send range to the peer (its slot, or its work buffer); expect nothing back
+  recv_reduce,  // expect the peer's data in my slot; reduce it into my recv range
+  recv_copy,    // expect the peer's data written straight into my work buffer at my recv range
+};
+
+const char* step_kind_name(StepKind kind);
+
+struct Step {
+  std::uint32_t tag = 0;  // exchange id: the same on both ends; goes into the notification
+  int peer = 0;           // rank
+  std::optional<Transfer> send;  // my work buffer elements written to the peer
+  std::optional<Transfer> recv;  // what the peer writes to me; reduced from my slot into
+                                 // my work buffer unless it lands there directly
+
+  bool sends() const { return send.has_value(); }
+  bool receives() const { return recv.has_value(); }
+  bool reduces() const { return recv && !recv->lands_in_result(); }
+  StepKind kind() const;
+};
+
+// A landing slot of one round parity: where one step's incoming data waits to be reduced.
+struct LandingSlot {
+  std::size_t offset = 0;  // elements from the start of the landing area
+  std::size_t elems = 0;   // capacity
+};
+
+struct ReducePlan {
+  ReduceAlgorithm algorithm = ReduceAlgorithm::recursive_doubling;
+  int ranks = 1;
+  int rank = 0;
+  std::size_t count = 0;
+  std::size_t chunk_elems = 1;
+  std::vector<Step> steps;  // this rank's steps in execution order
+  // Landing slots of one round parity, indexed by Transfer::slot. The layout depends only
+  // on (algorithm, ranks, count), not on rank, so a writer addresses the peer's slot with
+  // its own plan's numbers.
+  std::vector<LandingSlot> landing_slots;
+  std::uint32_t tag_count = 0;  // tags used by the algorithm: 0 .. tag_count-1
+
+  std::size_t landing_elems() const;  // landing area elements per round parity
+};
+
+// Throw Error(invalid_argument) unless ranks >= 1, 0 <= rank < ranks and chunk_elems >= 1.
+ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_t chunk_elems);
+ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chunk_elems);
+ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
+                     std::size_t chunk_elems);
+
+// Recursive doubling up to recursive_doubling_max_bytes of accumulation data, then
+// Rabenseifner (which only pays off once its 2*log2(p2) latencies are hidden by
+// bandwidth). The default (PCOLL_RD_MAX_BYTES) is 32 KiB: at P=4 on ucx:shm Rabenseifner's
+// smaller copies and reductions win from 64 KiB (docs/performance.md).
+inline constexpr std::size_t kRecursiveDoublingMaxBytes = 32 * 1024;
+ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes,
+                                 std::size_t recursive_doubling_max_bytes = kRecursiveDoublingMaxBytes);
+
+// The chunk size, in elements, of a plan over count elements of element_bytes each:
+// chunk_bytes (PCOLL_CHUNK_BYTES) worth, at least one, and large enough that no transfer
+// needs more chunks than a notification can number (notification.hpp: kMaxChunks).
+std::size_t chunk_elems_for(std::size_t count, std::size_t chunk_bytes, std::size_t element_bytes);
+
+// --- fold-in mapping ---------------------------------------------------------------------
+
+int core_ranks(int ranks);                 // p2: largest power of two <= ranks
+bool is_extra_rank(int ranks, int rank);   // sits out the core after the pre-step
+int fold_partner(int ranks, int rank);     // the other rank of its pre/post pair, or -1
+int core_index(int ranks, int rank);       // 0 .. p2-1 for core ranks, -1 for extra ranks
+int core_rank(int ranks, int core_index);  // inverse of core_index
+
+// Elements of block `block` when count elements are split into `blocks` contiguous
+// blocks whose sizes differ by at most one (the first count % blocks get one more).
+std::size_t block_offset(std::size_t count, int blocks, int block);
+std::size_t block_elems(std::size_t count, int blocks, int block);
+
+}  // namespace pcoll
