@@ -79,6 +79,43 @@ std::pair<Errc, std::string> error_of(Call&& call) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// Collects what the process writes to stderr (fd 2) between construction and finish().
+class StderrCapture {
+ public:
+  StderrCapture() : file_(std::tmpfile()) {
+    std::fflush(stderr);
+    saved_ = ::dup(2);
+    ::dup2(::fileno(file_), 2);
+  }
+  ~StderrCapture() { finish(); }
+  std::string finish() {
+    if (saved_ < 0) return text_;
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+    std::rewind(file_);
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, file_)) > 0;) text_.append(buffer, n);
+    std::fclose(file_);
+    return text_;
+  }
+
+ private:
+  FILE* file_;
+  int saved_ = -1;
+  std::string text_;
+};
+
+// The CPUs a thread of this process may run on, as /proc lists them ("0-1").
+std::string cpus_allowed(const std::string& status_path) {
+  std::ifstream status(status_path);
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 18));
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("the in-process bootstrap gathers every rank's blob in rank order") {
@@ -331,6 +368,48 @@ TEST_CASE("inproc: an address from another process is refused with a message say
   CHECK(contains(refused.second, "PCOLL_PROVIDER=inproc"));
   CHECK(contains(refused.second, "threads of one process"));
   CHECK(contains(refused.second, "rank 1"));
+}
+
+TEST_CASE("communicators of ranks as threads log under their own rank") {
+  std::string text;
+  {
+    StderrCapture capture;
+    thread_ranks::run(4, [](pcoll_comm_t* comm) {
+      pcoll::log::warn("hello from rank " + std::to_string(pcoll_comm_rank(comm)));
+    });
+    // A thread that made no communicator prints no rank: this process holds four.
+    std::thread([] { pcoll::log::warn("hello from a plain thread"); }).join();
+    text = capture.finish();
+  }
+  for (int r = 0; r < 4; ++r) CHECK(contains(text, "pcoll[" + std::to_string(r) + "] warn: hello from rank " + std::to_string(r)));
+  CHECK(contains(text, "pcoll warn: hello from a plain thread"));
+}
+
+TEST_CASE("communicators of ranks as threads leave their progress threads unpinned") {
+  // PCOLL_PROGRESS_CPU=auto pins one rank's progress thread to a CPU of its own; ranks that
+  // are threads of one process would all be pinned to the same one.
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  if (CPU_COUNT(&mine) < 2) {
+    MESSAGE("this process has one CPU: nothing would be pinned");
+    return;
+  }
+  ::setenv("PCOLL_PROGRESS_CPU", "auto", 1);
+  const std::string process = cpus_allowed("/proc/self/status");
+  std::string pinned;  // "tid: cpus; ..." of every thread pinned to fewer CPUs than the process
+  thread_ranks::run(3, [&](pcoll_comm_t* comm) {
+    REQUIRE(pcoll_barrier(comm) == PCOLL_SUCCESS);  // every rank's progress thread started
+    if (pcoll_comm_rank(comm) == 0) {
+      std::this_thread::sleep_for(50ms);  // and past its affinity call
+      for (const auto& task : std::filesystem::directory_iterator("/proc/self/task"))
+        if (const std::string cpus = cpus_allowed(task.path() / "status"); cpus != process)
+          pinned += task.path().filename().string() + ": " + cpus + "; ";
+    }
+    REQUIRE(pcoll_barrier(comm) == PCOLL_SUCCESS);
+  });
+  ::unsetenv("PCOLL_PROGRESS_CPU");
+  CAPTURE(process);
+  CHECK(pinned == "");
 }
 
 int main(int argc, char** argv) {
