@@ -2,6 +2,8 @@
 // callbacks of include/pcoll/private_bootstrap.h, one thread per rank.
 #include "thread_ranks.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -102,7 +104,12 @@ void run(int size, const std::function<void(pcoll_comm_t* comm)>& body) {
   const auto store = std::make_shared<pcoll::bootstrap::InprocStore>(size, timeout);
   std::vector<std::thread> ranks;
   ranks.reserve(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) ranks.emplace_back([&store, &body, r] { rank_main(store, r, body); });
+  for (int r = 0; r < size; ++r)
+    ranks.emplace_back([&store, &body, r] {
+      // "rank 3" in a debugger's thread list and in top.
+      ::pthread_setname_np(::pthread_self(), ("rank " + std::to_string(r)).c_str());
+      rank_main(store, r, body);
+    });
   for (auto& thread : ranks) thread.join();
 }
 
