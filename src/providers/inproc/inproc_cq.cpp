@@ -49,7 +49,10 @@ bool InprocTransport::wait(std::chrono::microseconds timeout, WaitFor what) {
   for (;;) {
     progress();  // this rank's queued writes, which a peer may be waiting for
     std::unique_lock lock(self.mutex);
-    if (self.wakes != wakes_at_entry) return true;
+    if (self.wakes != wakes_at_entry) {
+      self.wake_pending = false;  // a wake() that came in just before this thread slept: ours
+      return true;
+    }
     if (happened()) {
       self.activity_seen = self.activity;
       return true;
