@@ -38,10 +38,9 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   if (static_cast<uint32_t>(size_) >= kMaxRanks)
     fail(Errc::unsupported, "pcoll supports at most " + std::to_string(kMaxRanks - 1) + " ranks");
   spin_budget_ = std::chrono::microseconds(settings::get_unsigned("PCOLL_SPIN_US"));
-  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: src/support/topology.cpp).
-  const auto placement = topology::progress_cpu();
-  const int cpu = placement.cpu;
-  log::debug("progress thread: " + placement.reason);
+  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: src/support/topology.cpp). Read
+  // (and a bad value refused) before anything is connected.
+  auto placement = topology::progress_cpu();
 
   transport::Options options;
   timeout_ = std::chrono::milliseconds(settings::get_unsigned("PCOLL_TIMEOUT_MS"));
@@ -57,30 +56,46 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
                                 std::to_string(transport_->capabilities().notify_bits) +
                                 "-bit notifications; pcoll needs 64");
 
-  // Each rank sends its transport address and its host name: the ranks sharing our host
-  // decide whether waiting ranks must yield their CPU.
+  // Each rank sends its transport address, its process id and its host name: the ranks
+  // sharing our host decide whether waiting ranks must yield their CPU, the ranks sharing
+  // our process (ranks as threads) whether the progress thread may be pinned.
   const transport::Bytes address = transport_->address();
   const std::string host = host_name();
-  transport::Bytes blob(sizeof(uint32_t) + address.size() + host.size());
+  const auto pid = static_cast<uint64_t>(::getpid());
+  transport::Bytes blob(sizeof(uint32_t) + address.size() + sizeof pid + host.size());
   const auto address_bytes = static_cast<uint32_t>(address.size());
   std::memcpy(blob.data(), &address_bytes, sizeof address_bytes);
   std::memcpy(blob.data() + sizeof address_bytes, address.data(), address.size());
-  std::memcpy(blob.data() + sizeof address_bytes + address.size(), host.data(), host.size());
+  std::memcpy(blob.data() + sizeof address_bytes + address.size(), &pid, sizeof pid);
+  std::memcpy(blob.data() + sizeof address_bytes + address.size() + sizeof pid, host.data(), host.size());
   const auto blobs = boot_->allgather(blob);
   std::vector<transport::Bytes> addresses(size_);
-  int local_ranks = 0;  // ranks on this host, this one included
+  int local_ranks = 0;    // ranks on this host, this one included
+  int process_ranks = 0;  // ranks in this process (threads of it), this one included
   for (int r = 0; r < size_; ++r) {
     const auto& b = blobs[r];
     uint32_t n = 0;
     if (b.size() >= sizeof n) std::memcpy(&n, b.data(), sizeof n);
-    if (b.size() < sizeof n || b.size() - sizeof n < n)
+    if (b.size() < sizeof n || b.size() - sizeof n < n || b.size() - sizeof n - n < sizeof pid)
       fail(Errc::protocol, "rank " + std::to_string(r) + " sent a malformed address record (" +
                                std::to_string(b.size()) + " bytes) during communicator setup");
     addresses[r].assign(b.begin() + sizeof n, b.begin() + sizeof n + n);
-    const std::string their_host(reinterpret_cast<const char*>(b.data()) + sizeof n + n, b.size() - sizeof n - n);
-    if (their_host == host) ++local_ranks;
+    uint64_t their_pid = 0;
+    std::memcpy(&their_pid, b.data() + sizeof n + n, sizeof their_pid);
+    const size_t host_at = sizeof n + n + sizeof their_pid;
+    const std::string their_host(reinterpret_cast<const char*>(b.data()) + host_at, b.size() - host_at);
+    if (their_host != host) continue;
+    ++local_ranks;
+    if (their_pid == pid) ++process_ranks;
   }
   transport_->connect(rank_, addresses);
+  // Ranks that are threads of one process share its cpuset: "auto" would put all their
+  // progress threads on the same CPU, and a CPU number would too.
+  if (process_ranks > 1 && placement.cpu >= 0)
+    placement = {-1, "unpinned (" + std::to_string(process_ranks) +
+                         " ranks are threads of this process; pinning would put all their progress threads on CPU " +
+                         std::to_string(placement.cpu) + ")"};
+  log::debug("progress thread: " + placement.reason);
   // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
   // ranks than it has CPUs (auto), always, or never. Without it, an oversubscribed waiter
   // spins through the time slice that the rank it waits for needs.
@@ -95,7 +110,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   ping_sent_.assign(size_, std::nullopt);
   last_pong_.assign(size_, now);
   agreement_ = std::make_unique<Agreement>(*this);
-  driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { progress_hook(); }, cpu);
+  driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { progress_hook(); }, placement.cpu);
   // Everyone connected and progressing before the first handle's traffic.
   boot_->barrier();
   log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +

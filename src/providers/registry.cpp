@@ -4,6 +4,7 @@
 #include <array>
 
 #include "error.hpp"
+#include "inproc_provider.hpp"
 #include "log.hpp"
 #include "ofi_provider.hpp"
 #include "pcoll_config.h"
@@ -20,6 +21,8 @@ const std::array kProviders = {
     &transport::ucx::descriptor(),
 #endif
     &transport::ofi::descriptor(),
+    // Ranks that are threads of one process only (tests/threads): never a default.
+    &transport::inproc::descriptor(),
 };
 
 }  // namespace

@@ -10,7 +10,12 @@
 namespace pcoll::log {
 namespace {
 
-std::atomic<int> g_rank{-1};  // documented global: the process's rank for log prefixes
+constexpr int kNoRank = -1;
+constexpr int kSeveralRanks = -2;
+// Documented globals: the process's rank for log prefixes (kSeveralRanks once ranks of a
+// job run as threads of this process), and the calling thread's own rank.
+std::atomic<int> g_rank{kNoRank};
+thread_local int t_rank = kNoRank;
 
 Level read_threshold() {
   const std::string value = settings::get_choice("PCOLL_LOG");
@@ -41,7 +46,13 @@ Level threshold() {
 
 bool enabled(Level level) { return static_cast<int>(level) <= static_cast<int>(threshold()); }
 
-void set_rank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
+void set_rank(int rank) {
+  t_rank = rank < 0 ? kNoRank : rank;
+  if (rank < 0) return;
+  int seen = kNoRank;
+  if (!g_rank.compare_exchange_strong(seen, rank, std::memory_order_relaxed) && seen != rank)
+    g_rank.store(kSeveralRanks, std::memory_order_relaxed);
+}
 
 void write(Level level, const std::string& message) {
   Level limit = Level::warn;
@@ -51,7 +62,7 @@ void write(Level level, const std::string& message) {
     // An invalid PCOLL_LOG is reported by pcoll_init; logging itself must not throw.
   }
   if (static_cast<int>(level) > static_cast<int>(limit)) return;
-  const int rank = g_rank.load(std::memory_order_relaxed);
+  const int rank = t_rank != kNoRank ? t_rank : g_rank.load(std::memory_order_relaxed);
   if (rank >= 0)
     std::fprintf(stderr, "pcoll[%d] %s: %s\n", rank, level_name(level), message.c_str());
   else

@@ -11,6 +11,9 @@ enum class Level { error = 0, warn = 1, info = 2, debug = 3, trace = 4 };
 // Reads PCOLL_LOG; throws Error(invalid_argument) on an unknown level.
 Level threshold();
 bool enabled(Level level);
+// The rank in the calling thread's log lines (a communicator sets it on the thread that
+// creates it and on its progress thread). Other threads print the process's rank when the
+// process holds one rank, and none when its ranks are threads (tests/threads).
 void set_rank(int rank);
 void write(Level level, const std::string& message);
 

@@ -56,6 +56,7 @@ std::string ProgressDriver::error() const {
 }
 
 void ProgressDriver::loop(int cpu) {
+  log::set_rank(transport_.rank());  // this thread's log lines carry its transport's rank
   if (cpu >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);

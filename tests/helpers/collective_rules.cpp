@@ -1,0 +1,562 @@
+// The collective rules of tests/helpers/collective_rules.hpp: one function per rule of
+// docs/design.md's "Semantics", run by every rank of a job.
+#include "collective_rules.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace collective_rules {
+namespace {
+
+const pcoll_mode_t kModes[] = {PCOLL_MODE_SYNC, PCOLL_MODE_SOLO, PCOLL_MODE_MAJORITY};
+const pcoll_dtype_t kDtypes[] = {PCOLL_FLOAT32, PCOLL_FLOAT64, PCOLL_INT32,
+                                 PCOLL_INT64, PCOLL_BFLOAT16, PCOLL_FLOAT16};
+const pcoll_op_t kOps[] = {PCOLL_OP_SUM, PCOLL_OP_AVG, PCOLL_OP_MIN, PCOLL_OP_MAX};
+
+const char* mode_name(pcoll_mode_t m) {
+  return m == PCOLL_MODE_SYNC ? "sync" : m == PCOLL_MODE_SOLO ? "solo" : "majority";
+}
+
+// True when `value` is the same on every rank (collective).
+bool all_agree(const Rank& me, uint64_t value) {
+  const int64_t v = static_cast<int64_t>(value >> 2);
+  int64_t send[2] = {v, -v};
+  int64_t recv[2] = {0, 0};
+  REQUIRE(pcoll_allreduce_run(me.agree, send, recv, nullptr) == PCOLL_SUCCESS);
+  return recv[0] == v && -recv[1] == v;
+}
+
+uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// --- Element encoding, written independently of the library's conversions. -------------
+
+size_t elem_bytes(pcoll_dtype_t d) {
+  switch (d) {
+    case PCOLL_FLOAT64: case PCOLL_INT64: return 8;
+    case PCOLL_FLOAT32: case PCOLL_INT32: return 4;
+    default: return 2;
+  }
+}
+
+// Small integers |v| <= 2048 are exact in binary16 and bfloat16 (bfloat16: |v| <= 256).
+uint16_t int_to_half(int v) {
+  if (v == 0) return 0;
+  const uint16_t sign = v < 0 ? 0x8000 : 0;
+  unsigned a = static_cast<unsigned>(std::abs(v));
+  int e = 31 - std::countl_zero(a);            // a = 1.m * 2^e
+  const unsigned mant = (a << (10 - e)) & 0x3ff;  // exact for a < 2^11
+  return static_cast<uint16_t>(sign | ((e + 15) << 10) | mant);
+}
+
+double half_to_double(uint16_t h) {
+  const int sign = h & 0x8000 ? -1 : 1;
+  const int e = (h >> 10) & 0x1f;
+  const int m = h & 0x3ff;
+  if (e == 0x1f) return m ? std::nan("") : sign * INFINITY;
+  if (e == 0) return sign * std::ldexp(m, -24);
+  return sign * std::ldexp(1024 + m, e - 25);
+}
+
+uint16_t int_to_bf16(int v) {
+  const float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>(bits >> 16);  // exact: small ints have <= 8 significant bits
+}
+
+double bf16_to_double(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void store(pcoll_dtype_t d, std::vector<std::byte>& buf, size_t i, int v) {
+  std::byte* at = buf.data() + i * elem_bytes(d);
+  switch (d) {
+    case PCOLL_FLOAT32: { const float x = static_cast<float>(v); std::memcpy(at, &x, 4); break; }
+    case PCOLL_FLOAT64: { const double x = v; std::memcpy(at, &x, 8); break; }
+    case PCOLL_INT32: { const int32_t x = v; std::memcpy(at, &x, 4); break; }
+    case PCOLL_INT64: { const int64_t x = v; std::memcpy(at, &x, 8); break; }
+    case PCOLL_FLOAT16: { const uint16_t x = int_to_half(v); std::memcpy(at, &x, 2); break; }
+    case PCOLL_BFLOAT16: { const uint16_t x = int_to_bf16(v); std::memcpy(at, &x, 2); break; }
+  }
+}
+
+double load(pcoll_dtype_t d, const std::vector<std::byte>& buf, size_t i) {
+  const std::byte* at = buf.data() + i * elem_bytes(d);
+  switch (d) {
+    case PCOLL_FLOAT32: { float x; std::memcpy(&x, at, 4); return x; }
+    case PCOLL_FLOAT64: { double x; std::memcpy(&x, at, 8); return x; }
+    case PCOLL_INT32: { int32_t x; std::memcpy(&x, at, 4); return x; }
+    case PCOLL_INT64: { int64_t x; std::memcpy(&x, at, 8); return static_cast<double>(x); }
+    case PCOLL_FLOAT16: { uint16_t x; std::memcpy(&x, at, 2); return half_to_double(x); }
+    case PCOLL_BFLOAT16: { uint16_t x; std::memcpy(&x, at, 2); return bf16_to_double(x); }
+  }
+  return 0;
+}
+
+// Input of `rank` at `round`, element i: a small integer in [-8, 8].
+int input(int rank, uint64_t round, size_t i) {
+  return static_cast<int>((rank * 7 + round * 3 + i * 5 + (i >> 7)) % 17) - 8;
+}
+
+bool is_fresh(const pcoll_round_info_t& info, int rank) {
+  return (info.fresh_mask[rank / 64] >> (rank % 64)) & 1u;
+}
+
+// Reference result of element i of a round from each rank's contributed inputs (lists
+// of rounds whose input that rank contributed). Empty contributions add nothing.
+double reference(pcoll_dtype_t d, pcoll_op_t op, const std::vector<std::vector<uint64_t>>& parts, size_t i) {
+  const int size = static_cast<int>(parts.size());
+  bool any = false;
+  double acc = 0;
+  for (int r = 0; r < size; ++r) {
+    for (const uint64_t round : parts[r]) {
+      const double v = input(r, round, i);
+      if (!any) acc = v;
+      else if (op == PCOLL_OP_MIN) acc = std::min(acc, v);
+      else if (op == PCOLL_OP_MAX) acc = std::max(acc, v);
+      else acc += v;
+      any = true;
+    }
+  }
+  if (!any) {
+    if (op == PCOLL_OP_MIN) return d == PCOLL_INT32 ? INT32_MAX : d == PCOLL_INT64 ? static_cast<double>(INT64_MAX) : INFINITY;
+    if (op == PCOLL_OP_MAX) return d == PCOLL_INT32 ? INT32_MIN : d == PCOLL_INT64 ? static_cast<double>(INT64_MIN) : -INFINITY;
+    return 0;
+  }
+  if (op == PCOLL_OP_AVG) {
+    if (d == PCOLL_INT32 || d == PCOLL_INT64) return std::trunc(acc / size);
+    return acc / size;
+  }
+  return acc;
+}
+
+bool close_enough(pcoll_dtype_t d, pcoll_op_t op, double got, double want) {
+  if (std::isinf(want)) return got == want;
+  if (op != PCOLL_OP_AVG || d == PCOLL_INT32 || d == PCOLL_INT64) return got == want;
+  const double rel = d == PCOLL_FLOAT64 ? 1e-12 : d == PCOLL_FLOAT32 ? 1e-6 : d == PCOLL_FLOAT16 ? 1e-3 : 1e-2;
+  return std::fabs(got - want) <= rel * std::max(1.0, std::fabs(want));
+}
+
+// Tracks, per rank, which inputs a round contained, from the agreed fresh masks
+// (max_lag = 1: a late input is in the carry before the rank joins the next round).
+struct Ledger {
+  explicit Ledger(int size) : pending(static_cast<size_t>(size)) {}
+  bool carry = true;
+  std::vector<std::vector<uint64_t>> pending;
+
+  std::vector<std::vector<uint64_t>> round(const pcoll_round_info_t& info, bool flush) {
+    const int size = static_cast<int>(pending.size());
+    std::vector<std::vector<uint64_t>> parts(pending.size());
+    for (int r = 0; r < size; ++r) {
+      parts[r] = pending[r];
+      pending[r].clear();
+      if (flush) continue;
+      if (is_fresh(info, r)) parts[r].push_back(info.round);
+      else if (carry) pending[r].push_back(info.round);
+    }
+    return parts;
+  }
+};
+
+// Runs `rounds` rounds (+ a flush when asked) of one handle and checks every element of
+// every result against the reference. Returns the number of wrong elements.
+size_t check_handle(const Rank& me, pcoll_mode_t mode, pcoll_dtype_t d, pcoll_op_t op, size_t count, int rounds,
+                    bool flush, const pcoll_allreduce_opts_t* opts = nullptr,
+                    const std::vector<int>& sleepy_rounds = {}, int sleeper = -1) {
+  pcoll_allreduce_t* h = nullptr;
+  REQUIRE_MESSAGE(pcoll_allreduce_create(me.comm, count, d, op, mode, opts, &h) == PCOLL_SUCCESS,
+                  pcoll_last_error());
+  Ledger ledger(me.size);
+  if (opts != nullptr) ledger.carry = opts->late == PCOLL_LATE_CARRY;
+  size_t wrong = 0;
+  std::vector<std::byte> send(count * elem_bytes(d)), recv(count * elem_bytes(d));
+  for (int t = 0; t <= rounds; ++t) {
+    const bool is_flush = t == rounds;
+    if (is_flush && !flush) break;
+    pcoll_round_info_t info{};
+    if (is_flush) {
+      REQUIRE_MESSAGE(pcoll_allreduce_flush(h, recv.data(), &info) == PCOLL_SUCCESS, pcoll_last_error());
+    } else {
+      for (size_t i = 0; i < count; ++i) store(d, send, i, input(me.rank, t, i));
+      if (me.rank == sleeper && std::find(sleepy_rounds.begin(), sleepy_rounds.end(), t) != sleepy_rounds.end())
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      REQUIRE_MESSAGE(pcoll_allreduce_run(h, send.data(), recv.data(), &info) == PCOLL_SUCCESS, pcoll_last_error());
+    }
+    CHECK(info.round == static_cast<uint64_t>(t));
+    const auto parts = ledger.round(info, is_flush);
+    for (size_t i = 0; i < count; ++i) {
+      const double got = load(d, recv, i);
+      const double want = reference(d, op, parts, i);
+      if (!close_enough(d, op, got, want)) {
+        if (wrong < 3)
+          MESSAGE(mode_name(mode) << " dtype " << d << " op " << op << " count " << count << " round " << t
+                  << " element " << i << ": got " << got << ", want " << want);
+        ++wrong;
+      }
+    }
+  }
+  REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+  return wrong;
+}
+
+long rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+}  // namespace
+
+bool open(Rank& me) {
+  me.rank = pcoll_comm_rank(me.comm);
+  me.size = pcoll_comm_size(me.comm);
+  return pcoll_allreduce_create(me.comm, 2, PCOLL_INT64, PCOLL_OP_MAX, PCOLL_MODE_SYNC, nullptr, &me.agree) ==
+         PCOLL_SUCCESS;
+}
+
+void close(Rank& me) {
+  if (me.agree != nullptr) pcoll_allreduce_destroy(me.agree);
+  me.agree = nullptr;
+}
+
+void every_mode_dtype_op_and_count_match_a_reference(const Rank& me) {
+  for (const auto mode : kModes)
+    for (const auto d : kDtypes)
+      for (const auto op : kOps)
+        for (const size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}}) {
+          CAPTURE(mode); CAPTURE(d); CAPTURE(op); CAPTURE(count);
+          CHECK(check_handle(me, mode, d, op, count, 3, false) == 0);
+        }
+}
+
+void large_vectors_are_reduced_correctly(const Rank& me) {
+  const size_t count = me.large_count;
+  for (const auto mode : kModes) {
+    CHECK(check_handle(me, mode, PCOLL_FLOAT32, PCOLL_OP_SUM, count, 2, false) == 0);
+    CHECK(check_handle(me, mode, PCOLL_INT64, PCOLL_OP_MAX, count, 2, false) == 0);
+    CHECK(check_handle(me, mode, PCOLL_BFLOAT16, PCOLL_OP_AVG, count, 1, false) == 0);
+  }
+}
+
+void float_results_are_bitwise_identical_on_every_rank(const Rank& me) {
+  for (const auto mode : kModes)
+    for (const auto d : {PCOLL_FLOAT32, PCOLL_FLOAT64, PCOLL_BFLOAT16})
+      for (const size_t count : {size_t{1000}, size_t{70000}}) {
+        pcoll_allreduce_t* h = nullptr;
+        REQUIRE(pcoll_allreduce_create(me.comm, count, d, PCOLL_OP_SUM, mode, nullptr, &h) == PCOLL_SUCCESS);
+        std::mt19937_64 rng(1234 + me.rank);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<std::byte> send(count * elem_bytes(d)), recv(send.size());
+        for (int t = 0; t < 10; ++t) {
+          for (size_t i = 0; i < count; ++i) {
+            const float f = dist(rng) * 1000.0f;
+            if (d == PCOLL_FLOAT32) std::memcpy(send.data() + 4 * i, &f, 4);
+            else if (d == PCOLL_FLOAT64) { const double x = f / 3.0; std::memcpy(send.data() + 8 * i, &x, 8); }
+            else { uint32_t bits; std::memcpy(&bits, &f, 4); const uint16_t b = static_cast<uint16_t>(bits >> 16); std::memcpy(send.data() + 2 * i, &b, 2); }
+          }
+          pcoll_round_info_t info{};
+          REQUIRE(pcoll_allreduce_run(h, send.data(), recv.data(), &info) == PCOLL_SUCCESS);
+          CAPTURE(mode); CAPTURE(d); CAPTURE(count); CAPTURE(t);
+          CHECK(all_agree(me, fnv1a(recv.data(), recv.size())));
+        }
+        REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+      }
+}
+
+void a_late_rank_is_reported_and_its_data_carried(const Rank& me) {
+  const int sleeper = me.size - 1;
+  const std::vector<int> sleepy = {3, 4, 7};
+  const int rounds = 10;
+  pcoll_allreduce_t* h = nullptr;
+  REQUIRE(pcoll_allreduce_create(me.comm, 16, PCOLL_INT64, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_SUCCESS);
+  Ledger ledger(me.size);
+  int64_t results_total = 0, inputs_total = 0;
+  std::vector<int64_t> send(16), recv(16);
+  for (int t = 0; t <= rounds; ++t) {
+    pcoll_round_info_t info{};
+    const bool flush = t == rounds;
+    if (flush) {
+      REQUIRE(pcoll_allreduce_flush(h, recv.data(), &info) == PCOLL_SUCCESS);
+    } else {
+      for (size_t i = 0; i < 16; ++i) send[i] = input(me.rank, t, i);
+      if (me.rank == sleeper && std::find(sleepy.begin(), sleepy.end(), t) != sleepy.end())
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      REQUIRE_MESSAGE(pcoll_allreduce_run(h, send.data(), recv.data(), &info) == PCOLL_SUCCESS, pcoll_last_error());
+    }
+    CAPTURE(t);
+    const bool slept = std::find(sleepy.begin(), sleepy.end(), t) != sleepy.end();
+    if (me.size > 1 && slept) {
+      CHECK_FALSE(is_fresh(info, sleeper));
+      if (me.rank == sleeper) CHECK(info.caller_late == 1);
+    }
+    if (!slept && me.rank == sleeper && !flush) CHECK(info.caller_late == (is_fresh(info, sleeper) ? 0 : 1));
+    int popcount = 0;
+    for (int r = 0; r < me.size; ++r) popcount += is_fresh(info, r);
+    CHECK(info.fresh == popcount);
+    CHECK(all_agree(me, fnv1a(info.fresh_mask, sizeof(uint64_t) * ((me.size + 63) / 64), info.fresh * 31 + info.initiator)));
+    const auto parts = ledger.round(info, flush);
+    for (size_t i = 0; i < 16; ++i) CHECK(static_cast<double>(recv[i]) == reference(PCOLL_INT64, PCOLL_OP_SUM, parts, i));
+    for (size_t i = 0; i < 16; ++i) results_total += recv[i];
+    if (!flush)
+      for (int r = 0; r < me.size; ++r)
+        for (size_t i = 0; i < 16; ++i) inputs_total += input(r, t, i);
+  }
+  CHECK(results_total == inputs_total);  // carry + flush lose nothing
+  REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+}
+
+void late_drop_leaves_late_data_out(const Rank& me) {
+  pcoll_allreduce_opts_t opts;
+  pcoll_allreduce_opts_init(&opts);
+  opts.late = PCOLL_LATE_DROP;
+  CHECK(check_handle(me, PCOLL_MODE_SOLO, PCOLL_INT64, PCOLL_OP_SUM, 16, 8, true, &opts, {2, 5}, me.size - 1) == 0);
+  CHECK(check_handle(me, PCOLL_MODE_MAJORITY, PCOLL_INT32, PCOLL_OP_SUM, 16, 8, true, &opts, {2, 5}, me.size - 1) == 0);
+}
+
+void carried_data_arrives_later_and_flush_drains_it(const Rank& me) {
+  for (const auto mode : kModes)
+    for (const auto op : kOps)
+      CHECK(check_handle(me, mode, PCOLL_INT64, op, 33, 8, true, nullptr, {1, 2, 6}, me.size - 1) == 0);
+}
+
+void many_rounds_complete_exactly_once(const Rank& me) {
+  pcoll_allreduce_t* h = nullptr;
+  REQUIRE(pcoll_allreduce_create(me.comm, 1, PCOLL_INT64, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_SUCCESS);
+  const int rounds = me.many_rounds;
+  int64_t one = 1, out = 0, total = 0;
+  long rss_early = 0;
+  bool in_order = true;
+  for (int t = 0; t < rounds; ++t) {
+    pcoll_round_info_t info{};
+    REQUIRE_MESSAGE(pcoll_allreduce_run(h, &one, &out, &info) == PCOLL_SUCCESS, pcoll_last_error());
+    in_order = in_order && info.round == static_cast<uint64_t>(t);
+    total += out;
+    if (t == rounds / 10) rss_early = rss_kib();
+  }
+  pcoll_round_info_t info{};
+  REQUIRE(pcoll_allreduce_flush(h, &out, &info) == PCOLL_SUCCESS);
+  total += out;
+  CHECK(in_order);
+  CHECK(total == static_cast<int64_t>(rounds) * me.size);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // (AddressSanitizer's quarantine keeps freed memory resident and ThreadSanitizer's shadow
+  // memory grows with every access, so RSS says nothing there; LeakSanitizer checks for
+  // leaks instead.)
+  if (me.check_rss) CHECK(rss_kib() - rss_early < 2048);
+#else
+  (void)rss_early;
+#endif
+  REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+}
+
+void majority_initiator_is_the_agreed_draw(const Rank& me) {
+  pcoll_allreduce_t* h = nullptr;
+  pcoll_allreduce_opts_t opts;
+  pcoll_allreduce_opts_init(&opts);
+  opts.seed = 42;
+  REQUIRE(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_MAJORITY, &opts, &h) == PCOLL_SUCCESS);
+  std::vector<int> times(me.size, 0);
+  float send[4] = {1, 2, 3, 4}, recv[4];
+  const int rounds = 40 * me.size;
+  uint64_t history = 0;
+  for (int t = 0; t < rounds; ++t) {
+    pcoll_round_info_t info{};
+    REQUIRE_MESSAGE(pcoll_allreduce_run(h, send, recv, &info) == PCOLL_SUCCESS, pcoll_last_error());
+    const int drawn = pcoll_allreduce_majority_initiator(h, info.round);
+    CHECK(info.initiator == drawn);
+    REQUIRE(drawn >= 0);
+    REQUIRE(drawn < me.size);
+    ++times[drawn];
+    history = fnv1a(&drawn, sizeof drawn, history);
+  }
+  CHECK(all_agree(me, history));
+  for (int r = 0; r < me.size; ++r) CHECK(times[r] > 0);
+  // A different seed draws a different sequence.
+  pcoll_allreduce_t* other = nullptr;
+  opts.seed = 43;
+  REQUIRE(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_MAJORITY, &opts, &other) == PCOLL_SUCCESS);
+  if (me.size > 1) {
+    int same = 0;
+    for (int t = 0; t < 64; ++t)
+      same += pcoll_allreduce_majority_initiator(h, t) == pcoll_allreduce_majority_initiator(other, t);
+    CHECK(same < 64);
+  }
+  REQUIRE(pcoll_allreduce_destroy(other) == PCOLL_SUCCESS);
+  REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+}
+
+void max_lag_bounds_how_far_others_run_ahead(const Rank& me) {
+  if (me.size < 2) return;
+  const int sleeper = me.size - 1;
+  const int slow_ms = 60;
+  for (const uint32_t lag : {1u, 2u}) {
+    pcoll_allreduce_opts_t opts;
+    pcoll_allreduce_opts_init(&opts);
+    opts.max_lag = lag;
+    pcoll_allreduce_t* h = nullptr;
+    REQUIRE(pcoll_allreduce_create(me.comm, 8, PCOLL_INT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, &opts, &h) == PCOLL_SUCCESS);
+    int32_t send[8] = {1, 1, 1, 1, 1, 1, 1, 1}, recv[8];
+    REQUIRE(pcoll_barrier(me.comm) == PCOLL_SUCCESS);
+    const auto begin = std::chrono::steady_clock::now();
+    for (int t = 0; t < 6; ++t) {
+      if (me.rank == sleeper) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+      REQUIRE(pcoll_allreduce_run(h, send, recv, nullptr) == PCOLL_SUCCESS);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+      // Round t needs the sleeper's run(t - lag), which it calls after (t - lag + 1) sleeps.
+      const int sleeps = t - static_cast<int>(lag) + 1;
+      CAPTURE(lag); CAPTURE(t); CAPTURE(ms);
+      if (sleeps > 0) CHECK(ms >= 0.95 * sleeps * slow_ms);
+    }
+    pcoll_round_info_t info{};
+    REQUIRE(pcoll_allreduce_flush(h, recv, &info) == PCOLL_SUCCESS);
+    REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+  }
+}
+
+void sync_every_rounds_are_synchronous(const Rank& me) {
+  pcoll_allreduce_opts_t opts;
+  pcoll_allreduce_opts_init(&opts);
+  opts.sync_every = 3;
+  for (const auto mode : {PCOLL_MODE_SOLO, PCOLL_MODE_MAJORITY}) {
+    pcoll_allreduce_t* h = nullptr;
+    REQUIRE(pcoll_allreduce_create(me.comm, 4, PCOLL_INT64, PCOLL_OP_SUM, mode, &opts, &h) == PCOLL_SUCCESS);
+    int64_t send[4] = {1, 2, 3, 4}, recv[4];
+    for (int t = 0; t < 9; ++t) {
+      if (me.rank == me.size - 1 && t % 3 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      pcoll_round_info_t info{};
+      REQUIRE(pcoll_allreduce_run(h, send, recv, &info) == PCOLL_SUCCESS);
+      CAPTURE(t);
+      if ((t + 1) % 3 == 0) {
+        CHECK(info.fresh == me.size);
+        CHECK(info.initiator == -1);
+        CHECK(info.caller_late == 0);
+      } else {
+        CHECK(info.initiator >= 0);
+      }
+    }
+    pcoll_round_info_t info{};
+    REQUIRE(pcoll_allreduce_flush(h, recv, &info) == PCOLL_SUCCESS);
+    REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+  }
+}
+
+void in_place_rounds_give_the_same_results(const Rank& me) {
+  for (const auto mode : kModes) {
+    pcoll_allreduce_t* h = nullptr;
+    REQUIRE(pcoll_allreduce_create(me.comm, 100, PCOLL_INT64, PCOLL_OP_SUM, mode, nullptr, &h) == PCOLL_SUCCESS);
+    Ledger ledger(me.size);
+    std::vector<int64_t> buf(100);
+    for (int t = 0; t < 4; ++t) {
+      for (size_t i = 0; i < 100; ++i) buf[i] = input(me.rank, t, i);
+      pcoll_round_info_t info{};
+      REQUIRE(pcoll_allreduce_run(h, buf.data(), buf.data(), &info) == PCOLL_SUCCESS);
+      const auto parts = ledger.round(info, false);
+      for (size_t i = 0; i < 100; ++i) CHECK(static_cast<double>(buf[i]) == reference(PCOLL_INT64, PCOLL_OP_SUM, parts, i));
+    }
+    pcoll_round_info_t info{};
+    REQUIRE(pcoll_allreduce_flush(h, buf.data(), &info) == PCOLL_SUCCESS);
+    REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+  }
+}
+
+void mismatched_creation_arguments_fail_everywhere(const Rank& me) {
+  pcoll_allreduce_t* h = nullptr;
+  const size_t count = me.rank == 0 ? 11 : 10;
+  if (me.size > 1) {
+    CHECK(pcoll_allreduce_create(me.comm, count, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_ERR_MISMATCH);
+    CHECK(h == nullptr);
+    CHECK(std::string(pcoll_last_error()).find("same arguments") != std::string::npos);
+    const pcoll_op_t op = me.rank == me.size - 1 ? PCOLL_OP_MAX : PCOLL_OP_SUM;
+    CHECK(pcoll_allreduce_create(me.comm, 10, PCOLL_FLOAT32, op, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_ERR_MISMATCH);
+    pcoll_allreduce_opts_t opts;
+    pcoll_allreduce_opts_init(&opts);
+    opts.max_lag = me.rank == 0 ? 2 : 1;
+    CHECK(pcoll_allreduce_create(me.comm, 10, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, &opts, &h) == PCOLL_ERR_MISMATCH);
+  }
+  // The communicator stays usable.
+  CHECK(check_handle(me, PCOLL_MODE_SYNC, PCOLL_INT32, PCOLL_OP_SUM, 10, 2, false) == 0);
+}
+
+void a_bad_argument_on_one_rank_fails_every_rank(const Rank& me) {
+  if (me.size < 2) return;
+  const int culprit = me.size - 1;
+  pcoll_allreduce_t* h = nullptr;
+  const auto started = std::chrono::steady_clock::now();
+  const pcoll_dtype_t dtype = me.rank == culprit ? static_cast<pcoll_dtype_t>(42) : PCOLL_FLOAT32;
+  CHECK(pcoll_allreduce_create(me.comm, 4, dtype, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(h == nullptr);
+  const std::string message = pcoll_last_error();
+  CHECK(message.find("rank " + std::to_string(culprit)) != std::string::npos);
+  CHECK(message.find("42") != std::string::npos);
+  // handle == NULL on one rank is an argument error like any other.
+  CHECK(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr,
+                               me.rank == culprit ? nullptr : &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(pcoll_last_error()).find("handle is NULL") != std::string::npos);
+  // Agreed at once: nobody waited for a rank that had returned alone.
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+  CHECK(check_handle(me, PCOLL_MODE_SYNC, PCOLL_INT32, PCOLL_OP_SUM, 10, 2, false) == 0);
+}
+
+void destroy_with_a_round_outstanding_completes_it(const Rank& me) {
+  pcoll_allreduce_t* h = nullptr;
+  REQUIRE(pcoll_allreduce_create(me.comm, 64, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_SUCCESS);
+  std::vector<float> send(64, 1.0f), recv(64, 0.0f);
+  REQUIRE(pcoll_allreduce_start(h, send.data(), recv.data()) == PCOLL_SUCCESS);
+  CHECK(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+  CHECK(check_handle(me, PCOLL_MODE_SYNC, PCOLL_INT32, PCOLL_OP_SUM, 10, 2, false) == 0);
+}
+
+void invalid_arguments_and_call_order_are_refused(const Rank& me) {
+  pcoll_allreduce_t* h = nullptr;
+  CHECK(pcoll_allreduce_create(me.comm, 4, static_cast<pcoll_dtype_t>(42), PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(pcoll_last_error()).find("42") != std::string::npos);
+  CHECK(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, static_cast<pcoll_op_t>(9), PCOLL_MODE_SYNC, nullptr, &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, static_cast<pcoll_mode_t>(7), nullptr, &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  pcoll_allreduce_opts_t opts;
+  pcoll_allreduce_opts_init(&opts);
+  opts.late = static_cast<pcoll_late_t>(5);
+  CHECK(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, &opts, &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(pcoll_allreduce_create(nullptr, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(pcoll_allreduce_run(nullptr, nullptr, nullptr, nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(pcoll_allreduce_wait(nullptr, nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(pcoll_strerror(PCOLL_ERR_MISMATCH)).size() > 0);
+  CHECK(std::string(pcoll_strerror(12345)) == "unknown pcoll status");
+
+  REQUIRE(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) == PCOLL_SUCCESS);
+  float send[4] = {1, 2, 3, 4}, recv[4];
+  CHECK(pcoll_allreduce_wait(h, nullptr) == PCOLL_ERR_INVALID_STATE);
+  CHECK(pcoll_allreduce_start(h, nullptr, recv) == PCOLL_ERR_INVALID_ARGUMENT);
+  REQUIRE(pcoll_allreduce_start(h, send, recv) == PCOLL_SUCCESS);
+  CHECK(pcoll_allreduce_start(h, send, recv) == PCOLL_ERR_INVALID_STATE);
+  CHECK(pcoll_allreduce_flush(h, recv, nullptr) == PCOLL_ERR_INVALID_STATE);
+  CHECK(pcoll_allreduce_destroy(nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
+  int done = 0;
+  pcoll_round_info_t info{};
+  while (!done) REQUIRE(pcoll_allreduce_test(h, &done, &info) == PCOLL_SUCCESS);
+  CHECK(info.round == 0);
+  CHECK(recv[0] == 1.0f * me.size);
+  REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+}
+
+}  // namespace collective_rules
