@@ -230,7 +230,11 @@ void Allreduce::prepare() {
 
   carry_.resize(acc_bytes(config.count));
   fill_identity(config.dtype, config.op, carry_.data(), config.count);
-  for (auto& per_parity : arrivals_) per_parity.resize(plan_.tag_count);
+  for (auto& per_parity : arrivals_) {
+    per_parity.resize(plan_.tag_count);
+    for (const Step& step : plan_.steps)
+      if (step.receives()) per_parity[step.tag].seen.assign(step.recv->chunk_count(), 0);
+  }
   ring_.resize(static_cast<size_t>(config.opts.max_lag) + 2);
   late_by_round_.assign(ring_.size(), false);
 }
@@ -304,9 +308,15 @@ void Allreduce::on_notice(const Notice& notice) {
     activated_ = std::max(activated_, round + 1);
     return;
   }
-  // Data: valid only for the active round or the next one.
+  // Data: new only for the active round or the next one. A notice for a completed round
+  // can only be a duplicate of one already counted (no peer writes a round it finished
+  // before we did): ignored.
   const uint64_t round = widen_round(notice.round32, completed_);
-  if (round != completed_ && round != completed_ + 1)
+  if (round < completed_) {
+    ++duplicates_;
+    return;
+  }
+  if (round > completed_ + 1)
     fail(Errc::protocol, "data for round " + std::to_string(round) + " of handle " +
                              std::to_string(id_) + " while this rank is at round " +
                              std::to_string(completed_));
@@ -315,7 +325,18 @@ void Allreduce::on_notice(const Notice& notice) {
     fail(Errc::protocol, "data for handle " + std::to_string(id_) + " with exchange tag " +
                              std::to_string(tag) + " (this plan has " +
                              std::to_string(plan_.tag_count) + ")");
-  arrivals_[round & 1][tag].push_back(notice.chunk());
+  Arrivals& arrivals = arrivals_[round & 1][tag];
+  const uint32_t chunk = notice.chunk();
+  if (chunk >= arrivals.seen.size())
+    fail(Errc::protocol, "chunk " + std::to_string(chunk) + " of exchange " + std::to_string(tag) +
+                             " of handle " + std::to_string(id_) + " has only " +
+                             std::to_string(arrivals.seen.size()) + " chunks");
+  if (arrivals.seen[chunk]) {
+    ++duplicates_;
+    return;
+  }
+  arrivals.seen[chunk] = 1;
+  arrivals.order.push_back(chunk);
   ++epoch_;
 }
 
@@ -397,7 +418,7 @@ bool Allreduce::run_steps() {
     if (step.receives()) {
       const Transfer& recv = *step.recv;
       const bool reduces = !recv.lands_in_result();
-      auto& arrived = arrivals_[round & 1][step.tag];
+      const auto& arrived = arrivals_[round & 1][step.tag].order;
       const size_t chunks = recv.chunk_count();
       if (reduces && processed_ < arrived.size() && !flushed_ && step.sends() &&
           ranges_overlap(*step.send, recv) &&
@@ -490,7 +511,7 @@ void Allreduce::complete_round() {
     slot.result.resize(user_elem_bytes_ * config_.count);
     from_accumulator(config_.dtype, config_.op, size_, acc, slot.result.data(), config_.count);
   }
-  for (auto& tag : arrivals_[round & 1]) tag.clear();
+  for (Arrivals& tag : arrivals_[round & 1]) tag.clear();
   initiated_current_ = false;
   ++completed_;
   ++epoch_;

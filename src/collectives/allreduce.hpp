@@ -148,7 +148,19 @@ class Allreduce {
   bool large_writes_pending_ = false;  // a write above the inject size may not be complete
   size_t processed_ = 0;
   size_t early_delivered_ = 0;      // elements already in the posted recvbuf this round
-  std::vector<std::vector<uint32_t>> arrivals_[2];  // [parity][tag] -> chunks arrived
+  // Chunks of one exchange that arrived, in arrival order, each once: a duplicated
+  // notification (a provider or network that delivers one twice) is recognised and
+  // ignored, never reduced twice.
+  struct Arrivals {
+    std::vector<uint32_t> order;  // distinct chunks, as they arrived
+    std::vector<uint8_t> seen;    // [chunk]: in `order` already
+    void clear() {
+      for (const uint32_t c : order) seen[c] = 0;
+      order.clear();
+    }
+  };
+  std::vector<Arrivals> arrivals_[2];  // [parity][tag]
+  uint64_t duplicates_ = 0;            // duplicated data notifications ignored
   std::vector<Completed> ring_;     // results not yet handed to the application
   std::vector<bool> late_by_round_; // indexed by round % ring size
 
