@@ -4,28 +4,17 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <string>
 #include <thread>
-
-#include <unistd.h>
 
 #include "allreduce.hpp"
 #include "env.hpp"
 #include "error.hpp"
 #include "log.hpp"
+#include "rendezvous.hpp"
 #include "topology.hpp"
 
 namespace pcoll {
-namespace {
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
-
-}  // namespace
 
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
     : boot_(std::move(boot)) {
@@ -51,30 +40,12 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
                                 std::to_string(transport_->capabilities().notify_bits) +
                                 "-bit notifications; pcoll needs 64");
 
-  // Each rank sends its transport address and its host name: the ranks sharing our host
-  // decide whether waiting ranks must yield their CPU.
-  const transport::Bytes address = transport_->address();
-  const std::string host = host_name();
-  transport::Bytes blob(sizeof(uint32_t) + address.size() + host.size());
-  const auto address_bytes = static_cast<uint32_t>(address.size());
-  std::memcpy(blob.data(), &address_bytes, sizeof address_bytes);
-  std::memcpy(blob.data() + sizeof address_bytes, address.data(), address.size());
-  std::memcpy(blob.data() + sizeof address_bytes + address.size(), host.data(), host.size());
-  const auto blobs = boot_->allgather(blob);
-  std::vector<transport::Bytes> addresses(size_);
-  int local_ranks = 0;  // ranks on this host, this one included
-  for (int r = 0; r < size_; ++r) {
-    const auto& b = blobs[r];
-    uint32_t n = 0;
-    if (b.size() >= sizeof n) std::memcpy(&n, b.data(), sizeof n);
-    if (b.size() < sizeof n || b.size() - sizeof n < n)
-      fail(Errc::protocol, "rank " + std::to_string(r) + " sent a malformed address record (" +
-                               std::to_string(b.size()) + " bytes) during communicator setup");
-    addresses[r].assign(b.begin() + sizeof n, b.begin() + sizeof n + n);
-    const std::string their_host(reinterpret_cast<const char*>(b.data()) + sizeof n + n, b.size() - sizeof n - n);
-    if (their_host == host) ++local_ranks;
-  }
-  transport_->connect(rank_, addresses);
+  // Every rank's host name comes back: the ranks sharing our host decide whether waiting
+  // ranks must yield their CPU.
+  const std::vector<std::string> hosts = transport::connect_all(
+      *transport_, rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
+  // Ranks on this host, this one included.
+  const auto local_ranks = static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[rank_]));
   // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
   // ranks than it has CPUs (auto), always, or never. Without it, an oversubscribed waiter
   // spins through the time slice that the rank it waits for needs.
