@@ -30,6 +30,7 @@
 #include "perf_job.hpp"
 #include "progress_driver.hpp"
 #include "registry.hpp"
+#include "rendezvous.hpp"
 #include "settings.hpp"
 #include "transport.hpp"
 
@@ -190,8 +191,8 @@ class PingPong {
     topts.timeout = std::chrono::milliseconds(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
     timeout_ = topts.timeout;
     transport_ = pcoll::providers::create(o.selector, topts);
-    const auto addresses = boot.allgather(transport_->address());
-    transport_->connect(boot.rank(), addresses);
+    tp::connect_all(*transport_, boot.rank(),
+                    [&boot](std::span<const std::byte> mine) { return boot.allgather(mine); });
     peer_ = 1 - boot.rank();
 
     const size_t max_bytes = *std::max_element(o.sizes.begin(), o.sizes.end());

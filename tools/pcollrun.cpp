@@ -29,6 +29,7 @@
 
 #include "env.hpp"
 #include "error.hpp"
+#include "fd.hpp"
 #include "settings.hpp"
 #include "tcp_store.hpp"
 
@@ -167,22 +168,16 @@ std::string signal_name(int sig) {
   return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-void write_all(int fd, const char* data, size_t bytes) {
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, data, bytes);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // our stdout is gone (EPIPE): drop the output, keep managing the ranks
-    }
-    data += n;
-    bytes -= static_cast<size_t>(n);
-  }
+void write_all(int fd, const std::string& text) {
+  // An error (our stdout is gone: EPIPE) drops the output; pcollrun keeps managing the ranks
+  // and never waits for a stalled reader.
+  pcoll::write_full(fd, std::as_bytes(std::span(text)), std::chrono::milliseconds(0));
 }
 
 // One rank's stdout or stderr: whole lines go out at once so that ranks' lines never
 // interleave mid-line.
 struct OutputStream {
-  int fd = -1;  // read end of the pipe; -1 after EOF
+  pcoll::Fd fd;  // read end of the pipe; closed after EOF
   int target = 1;
   std::string pending;
 
@@ -192,21 +187,20 @@ struct OutputStream {
     line += prefix;
     line.append(data, bytes);
     if (add_newline) line += '\n';
-    write_all(target, line.data(), line.size());
+    write_all(target, line);
   }
 
   // Reads what is there; returns false at EOF.
   bool drain(const std::string& prefix, bool tag) {
     char buffer[65536];
     for (;;) {
-      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+      const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
       if (n <= 0) {
         if (!pending.empty()) emit(prefix, pending.data(), pending.size(), tag);
         pending.clear();
-        ::close(fd);
-        fd = -1;
+        fd.reset();
         return false;
       }
       pending.append(buffer, static_cast<size_t>(n));
@@ -232,12 +226,6 @@ struct Rank {
 class Launcher {
  public:
   explicit Launcher(Options options) : o_(std::move(options)) {}
-  ~Launcher() {
-    for (auto& rank : ranks_)
-      for (OutputStream* s : {&rank.out, &rank.err})
-        if (s->fd >= 0) ::close(s->fd);
-    if (signal_fd_ >= 0) ::close(signal_fd_);
-  }
   Launcher(const Launcher&) = delete;
   Launcher& operator=(const Launcher&) = delete;
 
@@ -264,8 +252,8 @@ class Launcher {
     for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled, sig);
     ::sigprocmask(SIG_BLOCK, &handled, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
-    signal_fd_ = ::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (signal_fd_ < 0) {
+    signal_fd_.reset(::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
+    if (!signal_fd_) {
       std::fprintf(stderr, "pcollrun: signalfd: %s\n", std::strerror(errno));
       return 1;
     }
@@ -303,15 +291,10 @@ class Launcher {
 
  private:
   int spawn(int r, const std::string& root, const std::string& key) {
-    int out_pipe[2];
-    int err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) return errno;
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-      const int err = errno;
-      ::close(out_pipe[0]);
-      ::close(out_pipe[1]);
-      return err;
-    }
+    pcoll::Pipe out;
+    pcoll::Pipe err;
+    if (const int e = pcoll::open_pipe(out); e != 0) return e;
+    if (const int e = pcoll::open_pipe(err); e != 0) return e;
     std::vector<std::string> env;
     const std::vector<std::pair<std::string, std::string>> ours = {
         {"PCOLL_RANK", std::to_string(r)},
@@ -343,12 +326,8 @@ class Launcher {
     argv.push_back(nullptr);
 
     // The child reports an exec failure's errno through this pipe; EOF means exec worked.
-    int status_pipe[2];
-    if (::pipe2(status_pipe, O_CLOEXEC) != 0) {
-      const int err = errno;
-      for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
-      return err;
-    }
+    pcoll::Pipe status;
+    if (const int e = pcoll::open_pipe(status); e != 0) return e;
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
@@ -364,39 +343,34 @@ class Launcher {
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       const int null_fd = ::open("/dev/null", O_RDONLY);
       if (null_fd >= 0) ::dup2(null_fd, 0);
-      ::dup2(out_pipe[1], 1);
-      ::dup2(err_pipe[1], 2);
+      ::dup2(out.write_end.get(), 1);
+      ::dup2(err.write_end.get(), 2);
       ::execve(program_.c_str(), argv.data(), envp.data());
-      const int err = errno;
-      [[maybe_unused]] const ssize_t n = ::write(status_pipe[1], &err, sizeof err);
+      const int exec_errno = errno;
+      [[maybe_unused]] const ssize_t n = ::write(status.write_end.get(), &exec_errno, sizeof exec_errno);
       ::_exit(kNotFoundExit);
     }
     const int fork_err = errno;
-    ::close(status_pipe[1]);
-    ::close(out_pipe[1]);
-    ::close(err_pipe[1]);
+    status.write_end.reset();
+    out.write_end.reset();
+    err.write_end.reset();
     int exec_err = pid < 0 ? fork_err : 0;
     if (pid > 0) {
       ::setpgid(pid, pid);  // also here, so a signal sent right after fork finds the group
       ssize_t n = 0;
-      do n = ::read(status_pipe[0], &exec_err, sizeof exec_err);
+      do n = ::read(status.read_end.get(), &exec_err, sizeof exec_err);
       while (n < 0 && errno == EINTR);
       if (n != static_cast<ssize_t>(sizeof exec_err)) exec_err = 0;
       else ::waitpid(pid, nullptr, 0);
     }
-    ::close(status_pipe[0]);
-    if (exec_err != 0) {
-      ::close(out_pipe[0]);
-      ::close(err_pipe[0]);
-      return exec_err;
-    }
+    if (exec_err != 0) return exec_err;
+    ::fcntl(out.read_end.get(), F_SETFL, O_NONBLOCK);
+    ::fcntl(err.read_end.get(), F_SETFL, O_NONBLOCK);
     Rank& rank = ranks_[static_cast<size_t>(r)];
     rank.pid = pid;
     rank.running = true;
-    rank.out = {out_pipe[0], 1, {}};
-    rank.err = {err_pipe[0], 2, {}};
-    ::fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
-    ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+    rank.out = {std::move(out.read_end), 1, {}};
+    rank.err = {std::move(err.read_end), 2, {}};
     return 0;
   }
 
@@ -436,7 +410,7 @@ class Launcher {
 
   void on_signals() {
     signalfd_siginfo info{};
-    while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    while (::read(signal_fd_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       const int sig = static_cast<int>(info.ssi_signo);
       if (sig == SIGCHLD) {
         reap();
@@ -460,12 +434,12 @@ class Launcher {
   void loop() {
     std::optional<Clock::time_point> drain_deadline;
     for (;;) {
-      std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+      std::vector<pollfd> fds{{signal_fd_.get(), POLLIN, 0}};
       std::vector<std::pair<size_t, OutputStream*>> streams;
       for (size_t r = 0; r < ranks_.size(); ++r) {
         for (OutputStream* s : {&ranks_[r].out, &ranks_[r].err}) {
-          if (s->fd < 0) continue;
-          fds.push_back({s->fd, POLLIN, 0});
+          if (!s->fd) continue;
+          fds.push_back({s->fd.get(), POLLIN, 0});
           streams.emplace_back(r, s);
         }
       }
@@ -508,7 +482,7 @@ class Launcher {
   std::string program_;  // resolved path of o_.command[0]
   std::vector<Rank> ranks_;
   std::vector<std::string> prefixes_;  // "[r] " under --tag-output, else ""
-  int signal_fd_ = -1;
+  pcoll::Fd signal_fd_;
   std::optional<int> first_failure_;
   std::optional<int> interrupted_by_;
   std::optional<Clock::time_point> kill_deadline_;

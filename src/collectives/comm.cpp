@@ -4,28 +4,17 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <string>
 #include <thread>
-
-#include <unistd.h>
 
 #include "allreduce.hpp"
 #include "error.hpp"
 #include "log.hpp"
+#include "rendezvous.hpp"
 #include "settings.hpp"
 #include "topology.hpp"
 
 namespace pcoll {
-namespace {
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
-
-}  // namespace
 
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
     : boot_(std::move(boot)) {
@@ -56,39 +45,18 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
                                 std::to_string(transport_->capabilities().notify_bits) +
                                 "-bit notifications; pcoll needs 64");
 
-  // Each rank sends its transport address, its process id and its host name: the ranks
-  // sharing our host decide whether waiting ranks must yield their CPU, the ranks sharing
-  // our process (ranks as threads) whether the progress thread may be pinned.
-  const transport::Bytes address = transport_->address();
-  const std::string host = host_name();
-  const auto pid = static_cast<uint64_t>(::getpid());
-  transport::Bytes blob(sizeof(uint32_t) + address.size() + sizeof pid + host.size());
-  const auto address_bytes = static_cast<uint32_t>(address.size());
-  std::memcpy(blob.data(), &address_bytes, sizeof address_bytes);
-  std::memcpy(blob.data() + sizeof address_bytes, address.data(), address.size());
-  std::memcpy(blob.data() + sizeof address_bytes + address.size(), &pid, sizeof pid);
-  std::memcpy(blob.data() + sizeof address_bytes + address.size() + sizeof pid, host.data(), host.size());
-  const auto blobs = boot_->allgather(blob);
-  std::vector<transport::Bytes> addresses(size_);
+  // Every rank's host and process come back: the ranks sharing our host decide whether
+  // waiting ranks must yield their CPU, the ranks sharing our process (ranks as threads)
+  // whether the progress thread may be pinned.
+  const std::vector<transport::PeerPlace> places = transport::connect_all(
+      *transport_, rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
   int local_ranks = 0;    // ranks on this host, this one included
   int process_ranks = 0;  // ranks in this process (threads of it), this one included
-  for (int r = 0; r < size_; ++r) {
-    const auto& b = blobs[r];
-    uint32_t n = 0;
-    if (b.size() >= sizeof n) std::memcpy(&n, b.data(), sizeof n);
-    if (b.size() < sizeof n || b.size() - sizeof n < n || b.size() - sizeof n - n < sizeof pid)
-      fail(Errc::protocol, "rank " + std::to_string(r) + " sent a malformed address record (" +
-                               std::to_string(b.size()) + " bytes) during communicator setup");
-    addresses[r].assign(b.begin() + sizeof n, b.begin() + sizeof n + n);
-    uint64_t their_pid = 0;
-    std::memcpy(&their_pid, b.data() + sizeof n + n, sizeof their_pid);
-    const size_t host_at = sizeof n + n + sizeof their_pid;
-    const std::string their_host(reinterpret_cast<const char*>(b.data()) + host_at, b.size() - host_at);
-    if (their_host != host) continue;
+  for (const auto& place : places) {
+    if (place.host != places[rank_].host) continue;
     ++local_ranks;
-    if (their_pid == pid) ++process_ranks;
+    if (place.pid == places[rank_].pid) ++process_ranks;
   }
-  transport_->connect(rank_, addresses);
   // Ranks that are threads of one process share its cpuset: "auto" would put all their
   // progress threads on the same CPU, and a CPU number would too.
   if (process_ranks > 1 && placement.cpu >= 0)

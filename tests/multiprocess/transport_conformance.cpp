@@ -27,6 +27,7 @@
 #include "error.hpp"
 #include "progress_driver.hpp"
 #include "registry.hpp"
+#include "rendezvous.hpp"
 #include "settings.hpp"
 #include "transport.hpp"
 
@@ -51,6 +52,11 @@ World* world = nullptr;
 
 Transport& tp() { return *world->transport; }
 void barrier() { world->boot->barrier(); }
+// Connects `transport` to every rank's through the bootstrap.
+void connect(Transport& transport) {
+  pcoll::transport::connect_all(transport, world->rank,
+                                [](std::span<const std::byte> mine) { return world->boot->allgather(mine); });
+}
 int right() { return (world->rank + 1) % world->size; }
 int left() { return (world->rank + world->size - 1) % world->size; }
 
@@ -438,8 +444,7 @@ TEST_CASE("an unresponsive target gives Errc::timeout naming the rank") {
   pcoll::transport::Options options;
   options.timeout = 300ms;
   auto quiet = pcoll::providers::create(tp().capabilities().name, options);
-  const auto addresses = world->boot->allgather(quiet->address());
-  quiet->connect(world->rank, addresses);
+  connect(*quiet);
   auto region = quiet->allocate(64);
   const auto keys = world->boot->allgather(region->remote_key());
   if (world->rank == 0) {
@@ -466,14 +471,13 @@ int main(int argc, char** argv) {
     pcoll::transport::Options options;
     options.timeout = std::chrono::milliseconds(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
     w.transport = pcoll::providers::create("", options);
-    const auto addresses = w.boot->allgather(w.transport->address());
-    w.transport->connect(w.rank, addresses);
+    world = &w;
+    connect(*w.transport);
     w.driver = std::make_unique<pcoll::transport::ProgressDriver>(*w.transport);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "transport_conformance: setup failed: %s\n", e.what());
     return 2;
   }
-  world = &w;
   if (w.rank == 0)
     std::printf("transport_conformance: %s (%s, domain %s), %d ranks\n",
                 w.transport->capabilities().name.c_str(),

@@ -2,10 +2,11 @@
 //
 // Each call takes an AtomicSlot whose words live in the registered scratch region, posts one
 // fetching atomic and waits (progressing) for its completion. Swap uses FI_ATOMIC_WRITE's
-// fetched old value; max uses FI_MAX where fi_fetch_atomicvalid allows it, otherwise a
-// compare-swap loop.
+// fetched old value; max uses FI_MAX where fi_fetch_atomicvalid allows it. Where either is
+// missing, compare-swap loops stand in (transport/atomic_emulation.hpp).
 #include <string>
 
+#include "atomic_emulation.hpp"
 #include "ofi_transport.hpp"
 
 namespace pcoll::transport::ofi {
@@ -98,29 +99,12 @@ uint64_t OfiTransport::compare_swap(const RemoteRegion& dst, size_t offset, uint
 
 uint64_t OfiTransport::swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
   if (native_swap_) return atomic("swap", dst, offset, FI_ATOMIC_WRITE, value, 0);
-  uint64_t expected = 0;
-  for (;;) {
-    const uint64_t old_value = compare_swap(dst, offset, expected, value);
-    if (old_value == expected) return old_value;
-    expected = old_value;
-  }
+  return swap_by_compare_swap(*this, dst, offset, value);
 }
 
 uint64_t OfiTransport::atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
   if (caps_.native_atomic_max) return atomic("atomic_max", dst, offset, FI_MAX, value, 0);
-  return max_by_compare_swap(dst, offset, value);
-}
-
-uint64_t OfiTransport::max_by_compare_swap(const RemoteRegion& dst, size_t offset,
-                                           uint64_t value) {
-  // Guess 0, learn the real word from each failed compare-swap; stop once it is >= value.
-  uint64_t expected = 0;
-  for (;;) {
-    if (expected >= value && expected != 0) return expected;
-    const uint64_t old_value = compare_swap(dst, offset, expected, std::max(expected, value));
-    if (old_value == expected) return old_value;
-    expected = old_value;
-  }
+  return max_by_compare_swap(*this, dst, offset, value);
 }
 
 }  // namespace pcoll::transport::ofi

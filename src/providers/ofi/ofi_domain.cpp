@@ -1,8 +1,5 @@
 // Opening the fabric, domain, CQ, AV and endpoint for the chosen provider, checking that it
 // has the 64-bit atomics pcoll needs, and describing it in Capabilities.
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 
@@ -10,10 +7,6 @@
 #include "ofi_transport.hpp"
 
 namespace pcoll::transport::ofi {
-
-UniqueFd::~UniqueFd() {
-  if (fd_ >= 0) ::close(fd_);
-}
 
 void FreeDeleter::operator()(void* p) const noexcept { std::free(p); }
 
@@ -80,9 +73,7 @@ void OfiTransport::open_objects() {
   if (int rc = fi_ep_bind(ep_.get(), &av_->fid, 0); rc != 0) fail_fi("fi_ep_bind(av)", rc);
   if (int rc = fi_enable(ep_.get()); rc != 0) fail_fi("fi_enable", rc);
 
-  int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (fd < 0) fail(Errc::transport, std::string("eventfd: ") + std::strerror(errno));
-  wake_fd_ = UniqueFd(fd);
+  open_wait_loop();
 
   // Scratch: atomic operand/compare/result words, then the notify receive buffers.
   const size_t scratch_bytes = kAtomicSlots * 3 * sizeof(uint64_t) + kRecvSlots * sizeof(uint64_t);

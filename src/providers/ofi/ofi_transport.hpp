@@ -21,13 +21,12 @@
 #include <rdma/fi_rma.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +34,7 @@
 #include "error.hpp"
 #include "ofi_provider.hpp"
 #include "transport.hpp"
+#include "wait_loop.hpp"
 
 namespace pcoll::transport::ofi {
 
@@ -53,22 +53,6 @@ struct InfoDeleter {
   void operator()(fi_info* info) const noexcept { fi_freeinfo(info); }
 };
 using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
-
-// A file descriptor closed on destruction (the wake-up eventfd).
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) : fd_(fd) {}
-  ~UniqueFd();
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // "fi_writemsg to rank 3: Connection reset by peer (-104)"
 std::string fi_message(const std::string& call, ssize_t rc);
@@ -192,7 +176,7 @@ class OfiRemoteRegion final : public RemoteRegion {
 
 // --- The transport -------------------------------------------------------------------------
 
-class OfiTransport final : public Transport {
+class OfiTransport final : public Transport, private WaitLoop::Hooks {
  public:
   OfiTransport(ProviderInfo provider, const Options& options);  // ofi_domain.cpp
   ~OfiTransport() override;
@@ -261,10 +245,10 @@ class OfiTransport final : public Transport {
   // ofi_atomic.cpp
   uint64_t atomic(const char* op_name, const RemoteRegion& dst, size_t offset, enum fi_op op,
                   uint64_t operand, uint64_t compare);
-  uint64_t max_by_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t value);
   AtomicSlot& acquire_atomic_slot(const char* op_name, int peer, Clock::time_point deadline);
 
   // ofi_cq.cpp; *_locked expect mutex_ held.
+  void open_wait_loop();
   size_t progress_locked();
   void handle_error_locked();
   void repost_receive_locked(RecvSlot& slot);
@@ -272,7 +256,10 @@ class OfiTransport final : public Transport {
   // the deadline. Does not consume wake() calls meant for wait().
   template <class Done>
   bool block_until(Done done, Clock::time_point deadline);
-  bool wait_impl(Clock::time_point deadline, WaitFor what, bool honor_wake);
+  bool wait_impl(Clock::time_point deadline, WaitKind kind);
+  // WaitLoop::Hooks (mutex_ held): a progress pass, and fi_trywait() before sleeping on the CQ fd.
+  unsigned progress_pass() override { return static_cast<unsigned>(progress_locked()); }
+  bool arm() override;
   // Retries a post that returned -FI_EAGAIN, progressing between tries (mutex_ held).
   template <class Post>
   ssize_t post_with_retry(Post post, std::unique_lock<std::mutex>& lock,
@@ -299,7 +286,6 @@ class OfiTransport final : public Transport {
   void* scratch_desc_ = nullptr;
   FidPtr<fid_ep> ep_;          // closed first: cancels the posted receives
   int cq_fd_ = -1;
-  UniqueFd wake_fd_;
 
   // Connection state.
   int rank_ = -1;
@@ -308,7 +294,6 @@ class OfiTransport final : public Transport {
 
   // Everything below is guarded by mutex_ (libfabric calls included).
   mutable std::mutex mutex_;
-  std::condition_variable event_cv_;   // progress found events, or wake()
   std::mutex flush_mutex_;             // serialises flush epochs
   std::vector<WriteBucket> buckets_;   // [parity * size + peer]
   unsigned parity_ = 0;
@@ -317,15 +302,8 @@ class OfiTransport final : public Transport {
   std::vector<RecvSlot*> pending_reposts_;
   std::deque<uint64_t> notifications_;
   uint64_t next_key_ = 1;
-
-  // Wait bookkeeping (atomics so waiters can read them without the mutex).
-  std::atomic<uint64_t> event_seq_{0};     // bumped when progress read CQ entries
-  std::atomic<uint64_t> wake_seq_{0};      // bumped by wake()
-  std::atomic<uint64_t> wake_consumed_{0}; // last wake_seq_ a wait() returned for
-  std::atomic<size_t> queued_{0};          // notifications_.size()
-  std::atomic<int> waiters_{0};            // threads sleeping on event_cv_ or the fd
-  std::mutex poller_;                      // held by the one thread sleeping on the CQ fd
-  std::atomic<bool> poller_sleeping_{false};
+  uint64_t event_seq_ = 0;             // bumped when progress read CQ entries
+  std::optional<WaitLoop> wait_loop_;  // sleeps on the CQ fd where there is one (ofi_cq.cpp)
 };
 
 // Number of receives kept posted for notify() and of concurrent blocking atomics.
@@ -368,7 +346,7 @@ bool OfiTransport::block_until(Done done, Clock::time_point deadline) {
     const auto now = Clock::now();
     if (now >= deadline) return false;
     if (now < spin_until) continue;
-    wait_impl(std::min(deadline, now + std::chrono::milliseconds(1)), WaitFor::activity, false);
+    wait_impl(std::min(deadline, now + std::chrono::milliseconds(1)), WaitKind::operation);
   }
 }
 

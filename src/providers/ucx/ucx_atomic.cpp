@@ -1,8 +1,8 @@
 // 64-bit remote atomics with ucp_atomic_op_nbx: fetch-add, compare-swap, swap, and max as a
-// compare-swap loop (UCP has no max). On shm they are CPU atomics on the shared mapping; on
-// tcp UCP runs them at the target in software during its progress.
-#include <algorithm>
-
+// compare-swap loop (UCP has no max; transport/atomic_emulation.hpp). On shm they are CPU
+// atomics on the shared mapping; on tcp UCP runs them at the target in software during its
+// progress.
+#include "atomic_emulation.hpp"
 #include "ucx_transport.hpp"
 
 namespace pcoll::transport::ucx {
@@ -19,9 +19,9 @@ void UcxTransport::await(std::unique_lock<std::mutex>& lock, ucs_status_ptr_t re
   }
   Peer& p = core_->peer(peer_rank);
   const auto deadline = Clock::now() + core_->options.timeout;
-  const bool finished = core_->block_until(
+  const bool finished = core_->wait_loop->wait(
       lock, [&] { return op.done || p.failure != UCS_OK; }, deadline, WaitKind::operation,
-      std::chrono::microseconds(200), 0);
+      std::chrono::microseconds(200));
   if (!op.done) {
     core_->abandon(std::move(owner));  // UCP may still write the reply
     if (!finished)
@@ -83,13 +83,7 @@ uint64_t UcxTransport::swap(const RemoteRegion& dst, size_t offset, uint64_t val
 }
 
 uint64_t UcxTransport::atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
-  // Guess 0 first: one round trip when the word is 0 or already >= value.
-  uint64_t expected = 0;
-  for (;;) {
-    const uint64_t old = compare_swap(dst, offset, expected, std::max(expected, value));
-    if (old == expected || old >= value) return old;
-    expected = old;
-  }
+  return max_by_compare_swap(*this, dst, offset, value);
 }
 
 }  // namespace pcoll::transport::ucx

@@ -2,7 +2,6 @@
 // configuration, creates the UCP context and fills in the capabilities.
 #include <algorithm>
 #include <cstdlib>
-#include <unistd.h>
 
 #include "env.hpp"
 #include "log.hpp"
@@ -44,13 +43,6 @@ void default_to(ucp_config_t* config, const char* name, const char* value) {
 }
 
 }  // namespace
-
-FileDescriptor::~FileDescriptor() { reset(-1); }
-
-void FileDescriptor::reset(int fd) noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
 
 [[noreturn]] void fail_status(Errc code, const std::string& what, ucs_status_t status) {
   fail(code, "ucx: " + what + ": " + ucs_status_string(status));

@@ -25,8 +25,7 @@ void UcxCore::record_failure(Peer& failed, ucs_status_t status, const std::strin
             ucs_status_string(status));
   // Blocked threads re-check their peers.
   ++activity_seq_;
-  kick_sleeper();
-  if (cv_waiters_ > 0) waiters_cv_.notify_all();
+  wait_loop->wake_all_waiters();
 }
 
 void UcxCore::check_peer(const Peer& p) const {

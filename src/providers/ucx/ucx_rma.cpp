@@ -308,14 +308,14 @@ void UcxTransport::flush_within(std::chrono::milliseconds timeout) {
     return ((!e.op || e.op->done) && e.peer->sends_in_flight == 0) ||
            e.peer->failure != UCS_OK;
   };
-  const bool finished = core_->block_until(
+  const bool finished = core_->wait_loop->wait(
       lock,
       [&] {
         for (const Pending& e : pending)
           if (!settled(e)) return false;
         return true;
       },
-      deadline, WaitKind::operation, std::chrono::microseconds(200), 0);
+      deadline, WaitKind::operation, std::chrono::microseconds(200));
 
   std::string late;
   int first_late = -1;

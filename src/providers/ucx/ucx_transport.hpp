@@ -13,16 +13,14 @@
 #pragma GCC diagnostic pop
 
 #include <array>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -31,6 +29,7 @@
 #include "error.hpp"
 #include "transport.hpp"
 #include "ucx_provider.hpp"
+#include "wait_loop.hpp"
 
 namespace pcoll::transport::ucx {
 
@@ -49,20 +48,6 @@ struct WorkerDeleter {
 using ConfigPtr = std::unique_ptr<ucp_config_t, ConfigDeleter>;
 using ContextPtr = std::unique_ptr<ucp_context, ContextDeleter>;
 using WorkerPtr = std::unique_ptr<ucp_worker, WorkerDeleter>;
-
-// A file descriptor closed on destruction.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd = -1) noexcept : fd_(fd) {}
-  ~FileDescriptor();
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const noexcept { return fd_; }
-  void reset(int fd) noexcept;
-
- private:
-  int fd_;
-};
 
 // Throws pcoll::Error(code) with "ucx: <what>: <UCS status string>".
 [[noreturn]] void fail_status(Errc code, const std::string& what, ucs_status_t status);
@@ -214,13 +199,9 @@ class Mailbox {
   bool receiver_asleep_ = false;
 };
 
-// What a blocked thread is waiting for; decides whether progress made by another thread
-// must wake it.
-enum class WaitKind { notification, activity, operation };
-
 // Provider state shared (shared_ptr) by the transport and the regions it made, so that a
 // region destroyed after its transport still finds a live worker.
-class UcxCore {
+class UcxCore : private WaitLoop::Hooks {
  public:
   UcxCore(const std::string& variant, const Options& options);
   ~UcxCore();
@@ -234,16 +215,11 @@ class UcxCore {
 
   std::mutex mutex;
 
-  // Blocks (lock held on entry and exit) until pred() is true, the deadline passes (false)
-  // or, for WaitKind::notification/activity, wake() was called. Spins for `spin` first.
-  bool block_until(std::unique_lock<std::mutex>& lock, const std::function<bool()>& pred,
-                   Clock::time_point deadline, WaitKind kind, std::chrono::microseconds spin,
-                   uint64_t wake_seq_at_entry);
+  // Blocked threads (ucx_progress.cpp): at most one sleeps on the worker fd, the others on a
+  // condition variable; every call with `mutex` held. Made with the worker.
+  std::optional<WaitLoop> wait_loop;
   // One ucp_worker_progress() pass plus the bookkeeping that wakes sleeping threads.
   unsigned progress_locked();
-  void wake();
-  uint64_t wake_seq() const { return wake_seq_; }
-  bool take_pending_wake();
 
   // Notification queue (lock held).
   void enqueue_notification(uint64_t value);
@@ -284,30 +260,25 @@ class UcxCore {
   std::vector<std::unique_ptr<Peer>> peers;
   Bytes worker_address;
   int worker_fd = -1;  // owned by the worker
-  FileDescriptor kick_fd;
   int my_rank = -1;
 
  private:
   void create_context();
   void create_worker();
   void close_endpoints();
-  void kick_sleeper();
+  static WaitTuning wait_tuning();
+  // WaitLoop::Hooks (mutex held): a progress pass; arming the worker fd and the mailbox's
+  // sleep flag before sleeping, and lowering the flag after.
+  unsigned progress_pass() override { return progress_locked(); }
+  bool arm() override;
+  void disarm() override;
 
   std::vector<SendOp*> free_send_ops_;
   std::vector<SendOp*> deferred_notifies_;
   std::deque<uint64_t> notifications_;
   std::map<uintptr_t, size_t> local_ranges_;
   mutable std::pair<uintptr_t, size_t> last_range_{0, 0};  // last range a lookup matched
-
-  // Wait state: at most one thread (the "sleeper") blocks on the worker fd; the others wait on
-  // the condition variable and are woken by whoever makes progress.
-  std::condition_variable waiters_cv_;
-  size_t cv_waiters_ = 0;
-  bool sleeper_active_ = false;
-  WaitKind sleeper_kind_ = WaitKind::notification;
-  uint64_t activity_seq_ = 0;
-  uint64_t wake_seq_ = 0;
-  bool wake_pending_ = false;
+  uint64_t activity_seq_ = 0;  // bumped by progress that handled events, and peer failures
 };
 
 // Registered memory of this process.

@@ -1,7 +1,5 @@
 // The UCP worker: creation with wake-up support, its address blob, and the active-message
 // handlers that turn incoming notifications into queued values.
-#include <sys/eventfd.h>
-
 #include <cstring>
 
 #include "log.hpp"
@@ -134,8 +132,7 @@ void UcxCore::create_worker() {
 
   status = ucp_worker_get_efd(worker.get(), &worker_fd);
   if (status != UCS_OK) fail_status(Errc::transport, "ucp_worker_get_efd", status);
-  kick_fd.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (kick_fd.get() < 0) fail(Errc::transport, "ucx: eventfd failed");
+  wait_loop.emplace(static_cast<WaitLoop::Hooks&>(*this), worker_fd, wait_tuning(), "ucx");
 
   ucp_address_t* raw_address = nullptr;
   size_t address_bytes = 0;
