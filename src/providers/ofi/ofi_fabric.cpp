@@ -1,8 +1,11 @@
 // Choosing a libfabric provider for a pcoll selector ("ofi", "ofi:shm", "ofi:tcp", ...) with
 // fi_getinfo, and the factory pcoll::transport::ofi::create().
+#include <unistd.h>
+
 #include <rdma/fabric.h>
 
 #include <algorithm>
+#include <random>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -54,6 +57,18 @@ InfoPtr make_hints(const std::string& prov_name) {
   hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
   hints->mode = 0;  // no FI_CONTEXT / FI_RX_CQ_DATA: contexts are pcoll's own structs
   if (!prov_name.empty()) hints->fabric_attr->prov_name = strdup(prov_name.c_str());
+  if (prov_name == "shm") {
+    // shm names an endpoint after the process id unless given a name, and a process that
+    // was killed leaves its name behind in /dev/shm: a later process that draws the same
+    // pid fails in fi_enable with EBUSY (seen after killed-rank tests). A name with a
+    // random part never collides.
+    std::random_device random;
+    const std::string name = "fi_shm://pcoll_" + std::to_string(::getpid()) + "_" +
+                             std::to_string((uint64_t{random()} << 32) | random());
+    hints->addr_format = FI_ADDR_STR;
+    hints->src_addr = strdup(name.c_str());
+    hints->src_addrlen = name.size() + 1;
+  }
   return hints;
 }
 
