@@ -27,7 +27,15 @@
 
 namespace {
 
-const char* const kAllSelectors[] = {"ofi:shm", "ofi:tcp", "ofi:sockets", "ucx:shm", "ucx:tcp"};
+// Every selector of every provider in the registry (src/providers/registry.cpp), the
+// "best of" ones (plain "ofi", "ucx") left out: they would repeat a named one.
+std::vector<std::string> registry_selectors() {
+  std::vector<std::string> selectors;
+  for (const auto* provider : pcoll::providers::all())
+    for (const auto& variant : provider->variants)
+      if (!variant.empty()) selectors.push_back(std::string(provider->family) + ":" + variant);
+  return selectors;
+}
 
 struct ProviderReport {
   std::string selector;
@@ -384,7 +392,7 @@ int main(int argc, char** argv) {
       print_config_text();
     return 0;
   }
-  if (selectors.empty()) selectors.assign(std::begin(kAllSelectors), std::end(kAllSelectors));
+  if (selectors.empty()) selectors = registry_selectors();
   const Report report = collect(selectors);
   if (json)
     print_json(report);
