@@ -11,6 +11,8 @@ extension; this module adds the creation-time agreement described in Comm.allred
 
 import array
 import operator
+import signal
+import threading
 
 from . import _core
 from .errors import (Error, InvalidArgument, InvalidState, Mismatch, Timeout, PeerFailed, Transport,
@@ -40,6 +42,27 @@ _WORDS = 10
 def init():
     """Joins the job: the same bootstrap rules as pcoll_init (pcollrun, srun, mpirun, PCOLL_*)."""
     return Comm()
+
+
+def _reclaim_signal_handlers():
+    """Puts the interpreter's handlers of SIGINT and SIGTERM back in place.
+
+    libfabric links psm's libinfinipath, which on load installs handlers of its own for
+    both: SIGINT then exits the process instead of raising KeyboardInterrupt, and SIGTERM
+    (how launchers stop a job) can hang in its exit path. Python still knows what it had
+    installed (its trampoline for SIGINT, the default for SIGTERM); setting that again
+    undoes the library's change. Other signals (UCX's crash handlers) are left alone.
+    Only the main thread may set handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(number)
+        if handler is not None:
+            signal.signal(number, handler)
+
+
+_reclaim_signal_handlers()
 
 
 def _integer(name, value, high, low=0):
@@ -110,6 +133,7 @@ class Comm(_core.Comm):
 
     def __init__(self):
         super().__init__()
+        _reclaim_signal_handlers()  # in case pcoll_init loaded more providers
         self._agreement = None
 
     def allreduce(self, count, dtype="float32", op="avg", mode="solo", max_lag=1, sync_every=0, seed=0,
