@@ -16,12 +16,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -322,14 +325,15 @@ struct RawInfo {
 
 using Clock = std::chrono::steady_clock;
 
-// A fast round is over within microseconds: poll it with a few-cycle pause first, then
-// yielding (the peer may need this CPU on a crowded node), and only then sleep between
-// polls so a rank waiting for a straggler leaves the CPU to ranks that compute.
+// A fast round is over within microseconds: the caller polls pcoll_allreduce_test for this
+// long (a few-cycle pause between polls at first, then yielding: on a crowded node the peer
+// may need this CPU). A round still running then is waited for by the library's own
+// pcoll_allreduce_wait, which sleeps until the engine moves and probes a silent peer, on a
+// helper thread, because nothing can interrupt it: the caller meanwhile sleeps on a
+// condition variable and wakes up to run Python's signal handlers.
 constexpr auto kBusyPoll = std::chrono::microseconds(5);
-constexpr auto kYieldPoll = std::chrono::microseconds(100);
-constexpr auto kFirstSleep = std::chrono::microseconds(10);
-constexpr auto kLongestSleep = std::chrono::microseconds(200);
-// How often the main thread takes the GIL back to run Python's signal handlers (Ctrl-C).
+constexpr auto kPollBudget = std::chrono::microseconds(50);
+// How often a waiting main thread takes the GIL back to run signal handlers (Ctrl-C).
 constexpr auto kSignalEvery = std::chrono::milliseconds(5);
 
 unsigned long g_main_thread = 0;
@@ -342,50 +346,85 @@ inline void cpu_relax() {
 #endif
 }
 
-enum class WaitEnd { done, failed, interrupted };
+// The helper thread of one handle: sits in pcoll_allreduce_wait for a round handed over by
+// begin() until it is over, then keeps the outcome until collect(). Calls on a handle never
+// overlap: while a round is handed over, only this thread touches the C handle.
+class Waiter {
+ public:
+  Waiter(pcoll_allreduce_t* handle, int size) : handle_(handle), size_(size), thread_([this] { loop(); }) {}
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
 
-// Polls pcoll_allreduce_test until the outstanding round is done. Called without the GIL;
-// takes it back only to let signal handlers run. On `interrupted` the handler's exception
-// (KeyboardInterrupt for Ctrl-C) is set on this thread and the round is still outstanding.
-WaitEnd wait_for_round(pcoll_allreduce_t* handle, int size, bool check_signals, RawInfo& raw, Outcome& outcome) {
-  const auto started = Clock::now();
-  auto next_signal_check = started + kSignalEvery;
-  auto sleep = kFirstSleep;
-  auto now = started;
-  for (unsigned polls = 0;; ++polls) {
-    int done = 0;
-    outcome.capture(pcoll_allreduce_test(handle, &done, &raw.info));
-    if (outcome.status != PCOLL_SUCCESS) return WaitEnd::failed;
-    if (done != 0) {
-      raw.keep_mask(size);
-      return WaitEnd::done;
-    }
-    // A clock read can cost as much as a poll in a VM: look at it every 8 polls while busy.
-    if (polls < 64 && polls % 8 != 0) {
-      cpu_relax();
-      continue;
-    }
-    now = Clock::now();
-    const auto waited = now - started;
-    if (waited < kBusyPoll) {
-      cpu_relax();
-      continue;
-    }
-    if (check_signals && now >= next_signal_check) {
-      next_signal_check = now + kSignalEvery;
-      py::gil_scoped_acquire gil;
-      if (PyErr_CheckSignals() != 0) return WaitEnd::interrupted;
-    }
-    if (waited < kYieldPoll) {
-      sched_yield();
-      continue;
-    }
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(sleep).count();
-    const timespec ts{0, static_cast<long>(ns)};
-    nanosleep(&ts, nullptr);
-    sleep = std::min(sleep * 2, kLongestSleep);
+  void begin() {
+    std::lock_guard lock(mutex_);
+    handed_ = true;
+    done_ = false;
+    changed_.notify_all();
   }
-}
+  // Whether a round was handed over and its outcome not yet collected.
+  bool handed() {
+    std::lock_guard lock(mutex_);
+    return handed_;
+  }
+  // Up to `timeout` for the handed-over round; true once it is over.
+  bool await(std::chrono::microseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return done_; });
+  }
+  void collect(RawInfo& raw, Outcome& outcome) {
+    std::lock_guard lock(mutex_);
+    raw = std::move(raw_);
+    outcome = std::move(outcome_);
+    handed_ = done_ = false;
+  }
+  // Only when nothing is handed over.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      changed_.notify_all();
+    }
+    thread_.join();
+  }
+  // The thread may stay blocked in the C library for good (the communicator is being
+  // dropped with a round in flight): let it, and never free what it uses.
+  static void abandon(std::unique_ptr<Waiter> waiter) {
+    waiter->thread_.detach();
+    (void)waiter.release();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stopping_ || (handed_ && !done_ && !running_); });
+      if (stopping_) return;
+      running_ = true;
+      lock.unlock();
+      RawInfo raw;
+      Outcome outcome;
+      outcome.capture(pcoll_allreduce_wait(handle_, &raw.info));
+      if (outcome.status == PCOLL_SUCCESS) raw.keep_mask(size_);
+      lock.lock();
+      raw_ = std::move(raw);
+      outcome_ = std::move(outcome);
+      running_ = false;
+      done_ = true;
+      changed_.notify_all();
+    }
+  }
+
+  pcoll_allreduce_t* const handle_;
+  const int size_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool handed_ = false, running_ = false, done_ = false, stopping_ = false;
+  RawInfo raw_;
+  Outcome outcome_;
+  std::thread thread_;  // last: starts once the rest is ready
+};
+
+enum class WaitEnd { done, failed, interrupted };
 
 bool in_main_thread() { return PyThread_get_thread_ident() == g_main_thread; }
 
@@ -415,6 +454,7 @@ struct HandleCore {
   bool busy = false;     // a thread is inside a blocking call on this handle
   std::optional<RawInfo> completed;  // seen done by test(), not yet returned by wait()
   Pinned send, recv;
+  std::unique_ptr<Waiter> waiter;  // made at the first round that outlasts kPollBudget
 
   ~HandleCore() {
     // Dropped with a round in flight (never closed, communicator gone): the engine may still
@@ -423,6 +463,8 @@ struct HandleCore {
       send.leak();
       recv.leak();
     }
+    if (waiter && waiter->handed()) Waiter::abandon(std::move(waiter));
+    else if (waiter) waiter->stop();
   }
 
   void note(int status) {
@@ -438,6 +480,46 @@ struct HandleCore {
     recv = Pinned{};
   }
 };
+
+// Waits for the outstanding round of `core`; called without the GIL, which it takes back
+// only to run signal handlers. On `interrupted` the handler's exception (KeyboardInterrupt
+// for Ctrl-C) is set on this thread and the round is still outstanding: handed over to the
+// waiter thread, which the next call picks up.
+WaitEnd wait_for_round(HandleCore& core, bool check_signals, RawInfo& raw, Outcome& outcome) {
+  if (!core.waiter || !core.waiter->handed()) {
+    const auto started = Clock::now();
+    for (unsigned polls = 0;; ++polls) {
+      int done = 0;
+      outcome.capture(pcoll_allreduce_test(core.handle, &done, &raw.info));
+      if (outcome.status != PCOLL_SUCCESS) return WaitEnd::failed;
+      if (done != 0) {
+        raw.keep_mask(core.size);
+        return WaitEnd::done;
+      }
+      // A clock read can cost as much as a poll in a VM: every 8th poll looks.
+      if (polls % 8 != 0) {
+        cpu_relax();
+        continue;
+      }
+      const auto waited = Clock::now() - started;
+      if (waited >= kPollBudget) break;
+      if (waited < kBusyPoll) cpu_relax();
+      else sched_yield();
+    }
+    if (!core.waiter) core.waiter = std::make_unique<Waiter>(core.handle, core.size);
+    core.waiter->begin();
+  }
+  for (;;) {
+    if (core.waiter->await(check_signals ? kSignalEvery : std::chrono::milliseconds(1000))) {
+      core.waiter->collect(raw, outcome);
+      return outcome.status == PCOLL_SUCCESS ? WaitEnd::done : WaitEnd::failed;
+    }
+    if (check_signals) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) return WaitEnd::interrupted;
+    }
+  }
+}
 
 class Allreduce;
 
@@ -469,7 +551,7 @@ py::object finish_round(HandleCore& core, const char* where) {
   const bool signals = in_main_thread();
   {
     py::gil_scoped_release nogil;
-    end = wait_for_round(core.handle, core.size, signals, raw, outcome);
+    end = wait_for_round(core, signals, raw, outcome);
   }
   if (end == WaitEnd::interrupted) throw py::error_already_set();  // the round stays outstanding
   if (end == WaitEnd::failed) {
@@ -494,7 +576,13 @@ void destroy_handle(HandleCore& core, const char* where) {
       core.send.leak();
       core.recv.leak();
     }
+    if (core.waiter && core.waiter->handed()) Waiter::abandon(std::move(core.waiter));
     return;
+  }
+  if (core.waiter) {
+    py::gil_scoped_release nogil;
+    core.waiter->stop();  // idle: the round is over
+    core.waiter.reset();
   }
   Outcome outcome;
   {
@@ -550,7 +638,7 @@ class Allreduce {
       py::gil_scoped_release nogil;
       outcome.capture(pcoll_allreduce_start(c.handle, s.data, r.data));
       started = outcome.status == PCOLL_SUCCESS;
-      if (started) end = wait_for_round(c.handle, c.size, signals, raw, outcome);
+      if (started) end = wait_for_round(c, signals, raw, outcome);
     }
     if (!started) {
       c.note(outcome.status);
@@ -600,6 +688,23 @@ class Allreduce {
     BusyGuard busy(c, "test");
     RawInfo raw;
     Outcome outcome;
+    if (c.waiter && c.waiter->handed()) {  // an interrupted wait left the round to the waiter
+      bool over = false;
+      {
+        py::gil_scoped_release nogil;
+        over = c.waiter->await(std::chrono::microseconds(0));
+      }
+      if (!over) return false;
+      c.waiter->collect(raw, outcome);
+      if (outcome.status != PCOLL_SUCCESS) {
+        c.note(outcome.status);
+        raise_status(outcome.status, "test: " + outcome.message);
+      }
+      c.pending = false;
+      c.release_buffers();
+      c.completed = std::move(raw);
+      return true;
+    }
     int done = 0;
     {
       py::gil_scoped_release nogil;
