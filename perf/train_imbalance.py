@@ -391,7 +391,7 @@ def parse_args():
     parser.add_argument("--slow-rank", type=int, default=0, help="slowrank: the slow rank (default 0)")
     parser.add_argument("--slow-factor", type=float, default=2.0, help="slowrank: its slowdown (default 2)")
     parser.add_argument("--trace-scale", type=float, default=1.0, help="trace: multiplies the file's times")
-    parser.add_argument("--eval-every", type=int, default=10, help="steps between weight snapshots (default 10)")
+    parser.add_argument("--eval-every", type=int, default=5, help="steps between weight snapshots (default 5)")
     parser.add_argument("--calibration-steps", type=int, default=30, help="steps that measure C (default 30)")
     parser.add_argument("--target", type=float, help="target accuracy in [0, 1] (default: sync's final - margin)")
     parser.add_argument("--target-margin", type=float, default=0.005, help="default 0.005 (0.5 points)")

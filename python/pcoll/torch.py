@@ -13,6 +13,7 @@ CPU tensors only (pcoll reduces host memory).
 """
 
 import datetime
+import operator
 import socket
 import struct
 import zlib
@@ -204,7 +205,11 @@ def broadcast_parameters(module, comm, root=0):
     if mine:
         for t, start, nbytes in layout:
             raw[start:start + nbytes].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
-    flat[words + comm.rank] = int(root) + 1 if isinstance(root, int) else 0
+    try:
+        root_number = operator.index(root)
+    except TypeError:
+        root_number = -1
+    flat[words + comm.rank] = root_number + 1 if 0 <= root_number < size else 0
     with comm.allreduce(words + size, dtype="int64", op="sum", mode="sync") as ar:
         ar.run(flat, flat)
     roots = flat[words:].tolist()
