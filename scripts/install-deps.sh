@@ -4,6 +4,8 @@ set -euo pipefail
 packages=(build-essential pkg-config meson ninja-build cmake libfabric-dev libfabric-bin
           libhwloc-dev libucx-dev ucx-utils doctest-dev libopenmpi-dev openmpi-bin
           python3 python3-matplotlib iproute2 procps
+          # the Python package (python/) and its tests and benchmark, for /usr/bin/python3
+          python3-dev pybind11-dev python3-numpy python3-torch python3-sklearn python3-pytest
           # cluster integration (tests/cluster): launchers, PMI libraries, namespaces
           slurm-wlm munge libpmi2-0-dev libpmix-dev mpich hwloc)
 missing=()

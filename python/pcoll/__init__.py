@@ -1,0 +1,204 @@
+"""pcoll: partial collectives (eager-SGD's solo and majority allreduce) for Python.
+
+    import pcoll
+    with pcoll.init() as comm:                      # pcollrun, srun, mpirun or PCOLL_*
+        with comm.allreduce(n, dtype="float32", op="avg", mode="solo") as ar:
+            info = ar.run(grad, grad)               # numpy arrays or CPU torch tensors
+
+The buffers, rounds and errors are pcoll's C API (pcoll/pcoll.h) through the _core
+extension; this module adds the creation-time agreement described in Comm.allreduce.
+"""
+
+import array
+import operator
+import signal
+import threading
+
+from . import _core
+from .errors import (Error, InvalidArgument, InvalidState, Mismatch, Timeout, PeerFailed, Transport,
+                     Bootstrap, Unsupported, NoMemory, Protocol, Internal)
+
+__all__ = ["init", "Comm", "Allreduce", "RoundInfo", "DTYPES", "OPS", "MODES", "LATE",
+           "Error", "InvalidArgument", "InvalidState", "Mismatch", "Timeout", "PeerFailed", "Transport",
+           "Bootstrap", "Unsupported", "NoMemory", "Protocol", "Internal"]
+
+__version__ = "%d.%d" % _core.VERSION
+
+Allreduce = _core.Allreduce
+RoundInfo = _core.RoundInfo
+
+# Names accepted for the creation arguments, from the C API's enums.
+DTYPES = tuple(_core.DTYPES)
+OPS = tuple(_core.OPS)
+MODES = tuple(_core.MODES)
+LATE = tuple(_core.LATE)
+
+# The creation arguments as compared across ranks: one int64 word each (the seed in two
+# 32-bit halves, so that negating a word never overflows).
+_FIELDS = ("count", "dtype", "op", "mode", "late", "max_lag", "sync_every", "seed", "timeout_ms")
+_WORDS = 10
+
+
+def init():
+    """Joins the job: the same bootstrap rules as pcoll_init (pcollrun, srun, mpirun, PCOLL_*)."""
+    return Comm()
+
+
+def _reclaim_signal_handlers():
+    """Puts the interpreter's handlers of SIGINT and SIGTERM back in place.
+
+    libfabric links psm's libinfinipath, which on load installs handlers of its own for
+    both: SIGINT then exits the process instead of raising KeyboardInterrupt, and SIGTERM
+    (how launchers stop a job) can hang in its exit path. Python still knows what it had
+    installed (its trampoline for SIGINT, the default for SIGTERM); setting that again
+    undoes the library's change. Other signals (UCX's crash handlers) are left alone.
+    Only the main thread may set handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(number)
+        if handler is not None:
+            signal.signal(number, handler)
+
+
+_reclaim_signal_handlers()
+
+
+def _integer(name, value, high, low=0):
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not a bool")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if not low <= number < high:
+        raise ValueError(f"{name} = {number} is outside {low}..{high - 1}")
+    return number
+
+
+def _enum(name, value, table, numbers_too):
+    if isinstance(value, str):
+        if value in table:
+            return table[value]
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(table)}")
+    if name == "dtype":
+        # torch.float32 and numpy.float32 / numpy.dtype("float32") name a dtype too.
+        text = str(value)
+        if text.startswith("torch.") and text[6:] in table:
+            return table[text[6:]]
+        named = getattr(value, "__name__", None) or getattr(value, "name", None)
+        if named in table:
+            return table[named]
+    if numbers_too and isinstance(value, int) and not isinstance(value, bool):
+        # A value of the C enum this package has no name for yet: pcoll_allreduce_create judges it.
+        return _integer(name, value, 2**31, -2**31)
+    raise TypeError(f"{name} must be one of {', '.join(table)}, got {value!r}")
+
+
+def _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms):
+    """(words, problems): the arguments as int64 words, and (field index, message) per bad one."""
+    parsers = (
+        lambda: _integer("count", count, 2**62),
+        lambda: _enum("dtype", dtype, _core.DTYPES, False),
+        lambda: _enum("op", op, _core.OPS, True),
+        lambda: _enum("mode", mode, _core.MODES, True),
+        lambda: _enum("late", late, _core.LATE, True),
+        lambda: _integer("max_lag", max_lag, 2**32),
+        lambda: _integer("sync_every", sync_every, 2**32),
+        lambda: _integer("seed", seed, 2**64),
+        lambda: 0 if timeout_ms is None else _integer("timeout_ms", timeout_ms, 2**32),
+    )
+    values, problems = [], []
+    for index, parse in enumerate(parsers):
+        try:
+            values.append(parse())
+        except (TypeError, ValueError) as error:
+            problems.append((index, str(error)))
+            values.append(0)
+    seed_value = values[7]
+    words = values[:7] + [seed_value >> 32, seed_value & 0xFFFFFFFF] + values[8:]
+    return words, values, problems
+
+
+def _describe(field, value):
+    for name, table in (("dtype", _core.DTYPES), ("op", _core.OPS), ("mode", _core.MODES), ("late", _core.LATE)):
+        if field == name:
+            return next((key for key, number in table.items() if number == value), str(value))
+    return str(value)
+
+
+class Comm(_core.Comm):
+    """A communicator: every rank of the job. Made by pcoll.init()."""
+
+    def __init__(self):
+        super().__init__()
+        _reclaim_signal_handlers()  # in case pcoll_init loaded more providers
+        self._agreement = None
+
+    def allreduce(self, count, dtype="float32", op="avg", mode="solo", max_lag=1, sync_every=0, seed=0,
+                  late="carry", timeout_ms=None):
+        """Creates a persistent allreduce handle of `count` elements. Collective.
+
+        Before pcoll_allreduce_create sees them, the arguments are compared across ranks in
+        one small sync round (on a handle the communicator keeps for this): a bad argument
+        on any rank raises InvalidArgument on every rank, and different arguments raise
+        Mismatch on every rank, instead of one rank raising while the others wait for it.
+        The C library then checks the same values on every rank, so it fails everywhere
+        or nowhere.
+        """
+        words, values, problems = _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms)
+        if self.size > 1:
+            self._agree(words, problems)
+        elif problems:
+            raise InvalidArgument("allreduce: " + "; ".join(message for _, message in problems))
+        return self._create(*values)
+
+    def _agree(self, words, problems):
+        size = self.size
+        # Maxima of the words and of their negations (minima), then one problem mask per rank.
+        vector = array.array("q", bytes(8 * (2 * _WORDS + size)))
+        for i, word in enumerate(words):
+            vector[i] = word
+            vector[_WORDS + i] = -word
+        vector[2 * _WORDS + self.rank] = sum(1 << index for index, _ in problems)
+        if self._agreement is None:
+            self._agreement = self._create(len(vector), _core.DTYPES["int64"], _core.OPS["max"],
+                                           _core.MODES["sync"], _core.LATE["carry"], 1, 0, 0, 0)
+        self._agreement.run(vector, vector)
+        if problems:
+            raise InvalidArgument("allreduce: " + "; ".join(message for _, message in problems))
+        bad = {rank: vector[2 * _WORDS + rank] for rank in range(size) if vector[2 * _WORDS + rank]}
+        if bad:
+            rank, mask = next(iter(bad.items()))
+            names = ", ".join(_FIELDS[i] for i in range(len(_FIELDS)) if mask >> i & 1)
+            raise InvalidArgument(f"allreduce: rank {rank} passed an invalid {names} (its own error says how); "
+                                  f"creation is collective, so it fails on every rank")
+        differing = []
+        for i in range(_WORDS):
+            high, low = vector[i], -vector[_WORDS + i]
+            if high != low:
+                field = _FIELDS[i] if i < 7 else "seed" if i < 9 else "timeout_ms"
+                if field == "seed":
+                    differing.append("seed")
+                else:
+                    differing.append(f"{field} (from {_describe(field, low)} to {_describe(field, high)})")
+        if differing:
+            unique = list(dict.fromkeys(differing))
+            raise Mismatch("allreduce: ranks passed different " + ", ".join(unique) +
+                           "; every rank must pass the same creation arguments")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        # Only a clean exit closes: closing is collective, and a rank leaving on an
+        # exception may be the only one doing so (its exit then ends the job).
+        if exc_type is None:
+            self.close()
+        return False
+
+    def __repr__(self):
+        state = " closed" if self.closed else ""
+        return (f"<pcoll.Comm rank={self.rank} size={self.size} provider={self.provider!r} "
+                f"bootstrap={self.bootstrap!r}{state}>")

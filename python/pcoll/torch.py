@@ -1,0 +1,372 @@
+"""PyTorch on pcoll: a distributed optimizer over one partial allreduce of all gradients,
+identical replicas at the start, torch.distributed's rendezvous from pcoll's bootstrap,
+and a DDP communication hook.
+
+    comm = pcoll.init()
+    broadcast_parameters(model, comm)
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model, comm, mode="solo")
+    for x, y in batches:
+        opt.zero_grad(); loss_fn(model(x), y).backward(); info = opt.step()
+    opt.flush()
+
+CPU tensors only (pcoll reduces host memory).
+"""
+
+import datetime
+import operator
+import socket
+import struct
+import zlib
+
+import torch
+import torch.distributed
+
+from . import InvalidArgument, InvalidState, Bootstrap
+
+__all__ = ["DistributedOptimizer", "broadcast_parameters", "init_process_group", "PartialAllreduceHook"]
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.int32: "int32",
+                torch.int64: "int64", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def _dtype_name(dtype, what):
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        raise InvalidArgument(f"{what} has dtype {dtype}, which pcoll cannot reduce "
+                              f"(it reduces {', '.join(str(d) for d in _DTYPE_NAMES)})") from None
+
+
+def _unique(tensors):
+    seen, out = set(), []
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+class DistributedOptimizer:
+    """Wraps a torch optimizer: step() averages all gradients in one partial allreduce round,
+    then steps the wrapped optimizer.
+
+    The gradients live in one flat buffer (each parameter's .grad is a view into it), so one
+    round per step carries every layer and every layer has the same staleness. The round's
+    op is avg, a division by the world size, not by the number of fresh ranks: with carry a
+    late gradient arrives in the next round, and every gradient is applied exactly once,
+    with weight 1/P. Every rank applies the same sequence of round results (they are
+    bitwise identical on all ranks), so replicas that start identical (broadcast_parameters)
+    stay bitwise identical.
+    """
+
+    def __init__(self, optimizer, module, comm, mode="solo", max_lag=1, sync_every=0, seed=0, late="carry",
+                 timeout_ms=None):
+        self.optimizer = optimizer
+        self.comm = comm
+        params = _unique(p for p in module.parameters() if p.requires_grad)
+        if not params:
+            raise InvalidArgument("DistributedOptimizer: the module has no parameter that requires a gradient")
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) != 1:
+            raise InvalidArgument("DistributedOptimizer: the parameters have several dtypes "
+                                  f"({', '.join(sorted(map(str, dtypes)))}); one flat gradient needs one")
+        dtype = params[0].dtype
+        name = _dtype_name(dtype, "DistributedOptimizer: the parameters")
+        for p in params:
+            if p.device.type != "cpu":
+                raise InvalidArgument(f"DistributedOptimizer: a parameter is on {p.device}; pcoll reduces host memory")
+        total = sum(p.numel() for p in params)
+        self._flat = torch.zeros(total, dtype=dtype)
+        # (parameter, offset, numel). The views themselves are not kept here: autograd adds
+        # into a .grad in place only while nothing else holds a reference to it.
+        self._slots = []
+        offset = 0
+        with torch.no_grad():
+            for p in params:
+                n = p.numel()
+                view = self._flat[offset:offset + n].view_as(p)
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                p.grad = view
+                self._slots.append((p, offset, n))
+                offset += n
+        self._element_bytes = self._flat.element_size()
+        self._base = self._flat.data_ptr()
+        self._allreduce = comm.allreduce(total, dtype=name, op="avg", mode=mode, max_lag=max_lag,
+                                         sync_every=sync_every, seed=seed, late=late, timeout_ms=timeout_ms)
+        self.last_info = None
+        self.steps = 0
+        self.fresh_total = 0   # sum of info.fresh over steps
+        self.late_steps = 0    # steps in which this rank's gradient was carried
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    @property
+    def fresh_fraction(self):
+        """Fresh contributions / (steps * P) so far: 1.0 is a synchronous run."""
+        return self.fresh_total / (self.steps * self.comm.size) if self.steps else 1.0
+
+    def zero_grad(self, set_to_none=False):
+        """Zeroes the flat gradient. The .grad views stay (set_to_none is ignored for that)."""
+        del set_to_none
+        self._flat.zero_()
+
+    def _collect(self):
+        # Puts back any .grad that is not the flat buffer's view (zero_grad(set_to_none=True)
+        # on the wrapped optimizer, or a user assignment): its values move into the buffer.
+        for p, offset, n in self._slots:
+            grad = p.grad
+            if grad is not None and grad.data_ptr() == self._base + offset * self._element_bytes:
+                continue
+            view = self._flat[offset:offset + n].view_as(p)
+            with torch.no_grad():
+                if grad is None:
+                    view.zero_()
+                else:
+                    view.copy_(grad)
+            p.grad = view
+
+    def step(self, closure=None):
+        """One round over all gradients (averaged in place), then the wrapped optimizer's step.
+        Returns the round's pcoll.RoundInfo (also kept in .last_info)."""
+        if closure is not None:
+            raise InvalidArgument("DistributedOptimizer.step: closures are not supported (one round per step)")
+        self._collect()
+        info = self._allreduce.run(self._flat, self._flat)
+        self.last_info = info
+        self.steps += 1
+        self.fresh_total += info.fresh
+        self.late_steps += info.caller_late
+        self.optimizer.step()
+        return info
+
+    def flush(self):
+        """At the end of training: a synchronous round of every carried gradient, applied with
+        one more step of the wrapped optimizer (skipped when nothing was carried: the result
+        is all zeros on every rank alike). Returns the flush round's info."""
+        self._collect()
+        info = self._allreduce.flush(self._flat)
+        if bool(torch.count_nonzero(self._flat)):
+            self.optimizer.step()
+        self._flat.zero_()
+        return info
+
+    def close(self):
+        """Collective: destroys the allreduce handle."""
+        self._allreduce.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        if exc_type is None:
+            self.close()
+        return False
+
+
+def _module_tensors(module):
+    return _unique(list(module.parameters()) + list(module.buffers()))
+
+
+def broadcast_parameters(module, comm, root=0):
+    """Collective: copies rank `root`'s parameters and buffers to every rank, bit for bit.
+
+    A synchronous int64 sum over the tensors' bytes in which the other ranks add zeros (an
+    integer sum, so -0.0 and NaN payloads survive). `root` must be the same on every rank;
+    each rank also contributes root + 1 in a slot of its own, so a disagreement is an error
+    on every rank.
+    """
+    tensors = [t for t in _module_tensors(module)]
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise InvalidArgument(f"broadcast_parameters: a tensor is on {t.device}; pcoll reduces host memory")
+    layout, offset = [], 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        layout.append((t, offset, nbytes))
+        offset += (nbytes + 7) // 8 * 8  # 8-byte aligned, so each slice can be viewed as its dtype
+    words = offset // 8
+    size = comm.size
+    flat = torch.zeros(words + size, dtype=torch.int64)
+    raw = flat.view(torch.uint8)
+    mine = comm.rank == root
+    if mine:
+        for t, start, nbytes in layout:
+            raw[start:start + nbytes].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+    try:
+        root_number = operator.index(root)
+    except TypeError:
+        root_number = -1
+    flat[words + comm.rank] = root_number + 1 if 0 <= root_number < size else 0
+    with comm.allreduce(words + size, dtype="int64", op="sum", mode="sync") as ar:
+        ar.run(flat, flat)
+    roots = flat[words:].tolist()
+    if any(r != roots[0] for r in roots) or not 1 <= roots[0] <= size:
+        raise InvalidArgument(f"broadcast_parameters: the ranks passed root = {[r - 1 for r in roots]}; "
+                              f"every rank must pass the same root, between 0 and {size - 1}")
+    if not mine:
+        with torch.no_grad():
+            for t, start, nbytes in layout:
+                t.copy_(raw[start:start + nbytes].view(t.dtype).view(t.shape))
+
+
+def _ipv4_of_this_host():
+    """This host's IPv4 address as others may reach it, or None."""
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address
+
+
+def init_process_group(comm, backend="gloo", timeout=datetime.timedelta(minutes=5)):
+    """Collective: torch.distributed.init_process_group with pcoll's ranks, no MASTER_ADDR.
+
+    Rank 0 starts a torch TCPStore on a free port; its address reaches the others in one
+    pcoll allreduce (int64 max: every rank's host name hash, and rank 0's IPv4 and port).
+    When all ranks run on one host they connect to 127.0.0.1.
+    """
+    if torch.distributed.is_initialized():
+        raise InvalidState("init_process_group: torch.distributed is already initialized")
+    rank, size = comm.rank, comm.size
+    if size == 1:
+        store = torch.distributed.HashStore()
+    else:
+        store = None
+        address, port = -1, -1
+        if rank == 0:
+            store = torch.distributed.TCPStore("0.0.0.0", 0, size, True, timeout=timeout, wait_for_workers=False)
+            port = store.port
+            ipv4 = _ipv4_of_this_host()
+            if ipv4 is not None:
+                address = struct.unpack("!I", socket.inet_aton(ipv4))[0]
+        host = zlib.crc32(socket.gethostname().encode())
+        vector = torch.tensor([host, -host, address, port], dtype=torch.int64)
+        with comm.allreduce(4, dtype="int64", op="max", mode="sync") as ar:
+            ar.run(vector, vector)
+        one_host = int(vector[0]) == -int(vector[1])
+        address, port = int(vector[2]), int(vector[3])
+        if one_host:
+            host_address = "127.0.0.1"
+        elif address >= 0:
+            host_address = socket.inet_ntoa(struct.pack("!I", address))
+        else:
+            raise Bootstrap("init_process_group: the ranks run on several hosts and rank 0's host name does not "
+                            "resolve to an address the others can reach; fix its entry in /etc/hosts or DNS")
+        if rank != 0:
+            store = torch.distributed.TCPStore(host_address, port, size, False, timeout=timeout)
+    torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
+
+
+class _Bucket:
+    """One DDP bucket's persistent allreduce, with the layout it was made for."""
+
+    def __init__(self, allreduce, key, slots):
+        self.allreduce = allreduce
+        self.key = key        # (numel, dtype, parameter ids): what makes the handle reusable
+        self.slots = slots    # [(parameter, offset, numel)] in the bucket's flat buffer
+
+
+class PartialAllreduceHook:
+    """DDP communication hook: each gradient bucket is averaged by a persistent pcoll
+    allreduce of its own (keyed by bucket index), in the given mode.
+
+        model = DDP(model, broadcast_buffers=False)
+        hook = PartialAllreduceHook(comm, mode="solo")
+        model.register_comm_hook(hook, PartialAllreduceHook.hook)
+
+    The hook runs the round in the calling (autograd) thread and returns a completed
+    torch.futures.Future. DDP rebuilds its buckets after the first iteration; a bucket whose
+    layout changed gets a new handle, and the old one is flushed first: what it carried is
+    added to those parameters' gradients when they next pass through a bucket, so no
+    gradient is lost. Every rank sees buckets in the same order, so handle creation (a
+    collective) lines up.
+
+    .last_info maps bucket index to that bucket's latest RoundInfo. At the end of training,
+    flush() adds every carried gradient to the parameters' .grad (zero them before, step
+    after).
+    """
+
+    def __init__(self, comm, mode="solo", max_lag=1, sync_every=0, seed=0, late="carry", timeout_ms=None):
+        self.comm = comm
+        self._options = dict(mode=mode, max_lag=max_lag, sync_every=sync_every, seed=seed, late=late,
+                             timeout_ms=timeout_ms)
+        self._buckets = {}
+        self._carried = {}   # id(parameter) -> (parameter, averaged gradient a retired handle carried)
+        self.last_info = {}
+
+    @staticmethod
+    def hook(state, bucket):
+        return state._reduce(bucket)
+
+    def _layout(self, bucket, buffer):
+        base, size = buffer.data_ptr(), buffer.element_size()
+        slots = [(p, (g.data_ptr() - base) // size, g.numel()) for p, g in zip(bucket.parameters(), bucket.gradients())]
+        key = (buffer.numel(), buffer.dtype, tuple(id(p) for p, _, _ in slots))
+        return key, slots
+
+    def _retire(self, index):
+        old = self._buckets.pop(index)
+        flat = torch.zeros(old.key[0], dtype=old.key[1])
+        old.allreduce.flush(flat)
+        old.allreduce.close()
+        for p, offset, n in old.slots:
+            piece = flat[offset:offset + n]
+            if bool(torch.count_nonzero(piece)):
+                self._carried[id(p)] = (p, piece.clone())
+
+    def _reduce(self, bucket):
+        buffer = bucket.buffer()
+        index = bucket.index()
+        key, slots = self._layout(bucket, buffer)
+        current = self._buckets.get(index)
+        if current is not None and current.key != key:
+            self._retire(index)
+            current = None
+        if current is None:
+            name = _dtype_name(buffer.dtype, "PartialAllreduceHook: a gradient bucket")
+            allreduce = self.comm.allreduce(buffer.numel(), dtype=name, op="avg", **self._options)
+            current = self._buckets[index] = _Bucket(allreduce, key, slots)
+        info = current.allreduce.run(buffer, buffer)
+        self.last_info[index] = info
+        if self._carried:
+            for p, offset, n in current.slots:
+                entry = self._carried.pop(id(p), None)
+                if entry is not None:
+                    buffer[offset:offset + n].add_(entry[1])
+        if bucket.is_last():
+            # Fewer buckets after a rebuild: the handles of the vanished ones are retired too.
+            for stale in [i for i in self._buckets if i > index]:
+                self._retire(stale)
+        future = torch.futures.Future()
+        future.set_result(buffer)
+        return future
+
+    def flush(self):
+        """Collective: adds what every bucket's handle (and a retired one) still carries to
+        the parameters' .grad."""
+        for index in sorted(self._buckets):
+            self._retire(index)
+        with torch.no_grad():
+            for p, piece in self._carried.values():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                p.grad.add_(piece.view_as(p))
+        self._carried.clear()
+
+    def close(self):
+        """Collective: destroys the bucket handles (without applying what they carry)."""
+        for index in sorted(self._buckets):
+            self._buckets.pop(index).allreduce.close()

@@ -1,0 +1,244 @@
+"""pcoll.torch: identical replicas, the distributed optimizer, torch.distributed's rendezvous,
+the DDP hook, and a short training run that must learn."""
+
+import os
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import pcoll
+from pcoll.torch import DistributedOptimizer, PartialAllreduceHook, broadcast_parameters, init_process_group
+from conftest import digest, same_everywhere
+
+torch.set_num_threads(1)
+multi_rank = pytest.mark.skipif(int(os.environ.get("PCOLL_SIZE", "1")) < 2, reason="needs two ranks")
+
+
+def mlp(seed, dtype=torch.float32):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(dtype)
+
+
+def state_digest(module):
+    return digest(*[t.detach().reshape(-1).contiguous().view(torch.uint8).numpy() for t in module.state_dict().values()])
+
+
+def test_broadcast_parameters_copies_root_bit_for_bit(comm):
+    root = comm.size - 1
+    model = nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8))
+    torch.manual_seed(comm.rank)
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            t.copy_(torch.randint(0, 100, t.shape).to(t.dtype))
+        model[0].bias[0] = -0.0  # survives: the broadcast adds integers, not floats
+    before = state_digest(model)
+    broadcast_parameters(model, comm, root=root)
+    assert same_everywhere(comm, state_digest(model))
+    assert same_everywhere(comm, before if comm.rank == root else state_digest(model))
+    assert str(model[0].bias[0].item()) == "-0.0"
+
+
+@multi_rank
+def test_broadcast_parameters_needs_the_same_root_everywhere(comm):
+    with pytest.raises(pcoll.InvalidArgument, match="same root"):
+        broadcast_parameters(mlp(0), comm, root=comm.rank % 2)
+
+
+def test_step_averages_by_world_size(comm):
+    P = comm.size
+    model = mlp(0, torch.float64)
+    broadcast_parameters(model, comm)
+    weights = [p.detach().clone() for p in model.parameters()]
+    with DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), model, comm, mode="sync") as opt:
+        for p in model.parameters():
+            p.grad.fill_(comm.rank + 1)  # .grad is a view into the flat buffer
+        info = opt.step()
+        assert info.fresh == P and opt.last_info is info and opt.fresh_fraction == 1.0
+        weights = [w - (P + 1) / 2 for w in weights]  # the same float operation as SGD's
+        for p, w in zip(model.parameters(), weights):
+            assert torch.equal(p.detach(), w)
+        # A .grad replaced behind the optimizer's back still goes through the round.
+        opt.optimizer.zero_grad(set_to_none=True)
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 2.0 * (comm.rank + 1))
+        opt.step()
+        for p, w in zip(model.parameters(), weights):
+            assert torch.equal(p.detach(), w - (P + 1))
+
+
+def test_parameters_of_several_dtypes_are_refused(comm):
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2).double())
+    with pytest.raises(pcoll.InvalidArgument, match="several dtypes"):
+        DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, comm)
+
+
+@pytest.mark.parametrize("mode, steps", [("solo", 200), ("majority", 100)])
+def test_replicas_stay_bitwise_identical_under_random_delays(comm, mode, steps):
+    P = comm.size
+    model = mlp(comm.rank)  # different on purpose: broadcast_parameters must fix it
+    broadcast_parameters(model, comm)
+    rng = random.Random(100 + comm.rank)
+    torch.manual_seed(200 + comm.rank)
+    x, y = torch.randn(256, 16), torch.randint(0, 4, (256,))
+    sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    late = 0
+    with DistributedOptimizer(sgd, model, comm, mode=mode, seed=5) as opt:
+        for step in range(steps):
+            # One rank per step is slow, and everyone jitters: many rounds are partial.
+            time.sleep((0.002 if step % P == comm.rank else 0) + rng.choice([0, 0, 0.0005]))
+            batch = slice(step % 8 * 32, step % 8 * 32 + 32)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            info = opt.step()
+            late += info.caller_late
+        opt.flush()
+        assert opt.steps == steps and opt.late_steps == late
+        if P > 1:
+            assert opt.fresh_fraction < 1.0  # the delays did make rounds partial
+    assert same_everywhere(comm, state_digest(model))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def digits_shard(comm, seed=0):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+    data = load_digits()
+    x_train, x_test, y_train, y_test = train_test_split(data.data, data.target, test_size=0.2, random_state=seed)
+    scaler = StandardScaler().fit(x_train)
+    as_tensor = lambda a: torch.tensor(a, dtype=torch.float32)
+    return (as_tensor(scaler.transform(x_train))[comm.rank::comm.size], torch.tensor(y_train)[comm.rank::comm.size],
+            as_tensor(scaler.transform(x_test)), torch.tensor(y_test))
+
+
+def test_a_short_solo_training_run_learns(comm):
+    x, y, x_test, y_test = digits_shard(comm)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    broadcast_parameters(model, comm)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    generator = torch.Generator().manual_seed(comm.rank)
+    with DistributedOptimizer(sgd, model, comm, mode="solo") as opt:
+        for step in range(120):
+            batch = torch.randint(0, len(x), (32,), generator=generator)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+            opt.step()
+        opt.flush()
+    with torch.no_grad():
+        accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
+    assert accuracy > 0.85, f"test accuracy {accuracy:.3f} after 120 steps (chance is 0.1)"
+
+
+# --- torch.distributed and DDP ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def process_group(comm):
+    assert "MASTER_ADDR" not in os.environ and "MASTER_PORT" not in os.environ
+    init_process_group(comm)
+    yield
+    dist.destroy_process_group()
+
+
+def test_init_process_group_from_pcolls_bootstrap(comm, process_group):
+    assert dist.get_rank() == comm.rank and dist.get_world_size() == comm.size
+    t = torch.tensor([comm.rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == comm.size * (comm.size + 1) / 2
+    with pytest.raises(pcoll.InvalidState, match="already initialized"):
+        init_process_group(comm)
+
+
+def ddp_model(seed, **kwargs):
+    # Small buckets: several in the first iteration; DDP's rebuild then merges them (its
+    # first bucket may hold 1 MB), so the hook retires handles on the way.
+    return DDP(mlp(seed), broadcast_buffers=False, bucket_cap_mb=0.001, **kwargs)
+
+
+def test_ddp_hook_in_sync_mode_matches_ddps_own_allreduce(comm, process_group):
+    reference, partial = ddp_model(1), ddp_model(1)
+    hook = PartialAllreduceHook(comm, mode="sync")
+    partial.register_comm_hook(hook, PartialAllreduceHook.hook)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (reference, partial)]
+    torch.manual_seed(300 + comm.rank)
+    for _ in range(5):
+        x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+        for model, opt in zip((reference, partial), optimizers):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    for a, b in zip(reference.parameters(), partial.parameters()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert hook.last_info and all(i.fresh == comm.size for i in hook.last_info.values())
+    hook.close()
+
+
+def test_ddp_hook_in_solo_mode_keeps_replicas_identical(comm, process_group):
+    model = ddp_model(2)
+    hook = PartialAllreduceHook(comm, mode="solo")
+    model.register_comm_hook(hook, PartialAllreduceHook.hook)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    torch.manual_seed(400 + comm.rank)
+    for step in range(40):
+        time.sleep(0.002 if step % comm.size == comm.rank else 0)
+        x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+        sgd.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        sgd.step()
+    sgd.zero_grad()
+    hook.flush()
+    sgd.step()
+    hook.close()
+    assert same_everywhere(comm, state_digest(model.module))
+
+
+class FakeBucket:
+    """What DDP hands a hook (dist.GradBucket), for layouts chosen by the test."""
+
+    def __init__(self, index, params, last):
+        self._index, self._params, self._last = index, params, last
+        self._buffer = torch.cat([p.grad.reshape(-1) for p in params])
+        self._views, offset = [], 0
+        for p in params:
+            self._views.append(self._buffer[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+    def buffer(self): return self._buffer
+    def index(self): return self._index
+    def parameters(self): return self._params
+    def gradients(self): return self._views
+    def is_last(self): return self._last
+
+
+def test_ddp_hook_rebuilt_buckets_lose_nothing(comm):
+    P = comm.size
+    a = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    hook = PartialAllreduceHook(comm, mode="solo")
+    applied = {id(a): torch.zeros(3, dtype=torch.float64), id(b): torch.zeros(2, dtype=torch.float64)}
+    iterations = 6
+    for it in range(iterations):
+        time.sleep(0.002 if it % P == comm.rank else 0)
+        a.grad = torch.full((3,), comm.rank + 1.0, dtype=torch.float64)
+        b.grad = torch.full((2,), comm.rank + 1.0, dtype=torch.float64)
+        # First iteration: one bucket; then DDP's rebuild gives two, in the other order.
+        layout = [[a, b]] if it == 0 else [[b], [a]]
+        for index, params in enumerate(layout):
+            bucket = FakeBucket(index, params, index == len(layout) - 1)
+            result = PartialAllreduceHook.hook(hook, bucket).wait()
+            for p, view in zip(params, result.split([p.numel() for p in params])):
+                applied[id(p)] += view
+    a.grad, b.grad = None, None
+    hook.flush()
+    hook.close()
+    # Each rank sent rank+1 per element per iteration: on average (P+1)/2, all applied
+    # (up to the rounding of the divisions by P).
+    for p in (a, b):
+        total = applied[id(p)] + (p.grad if p.grad is not None else 0)
+        assert torch.allclose(total, torch.full_like(total, iterations * (P + 1) / 2), rtol=1e-12)
