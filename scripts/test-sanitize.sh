@@ -13,4 +13,5 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
 meson test -C build-sanitize --num-processes 1 --print-errorlogs --timeout-multiplier 3 \
-  --no-suite bootstrap --no-suite perf --no-suite cluster --no-suite ucx "$@"
+  --no-suite bootstrap --no-suite perf --no-suite cluster --no-suite ucx --no-suite python \
+  --no-suite packaging --no-suite large "$@"
