@@ -2,7 +2,7 @@
 on the digits data under the imbalance models of pcoll_imbalance, once per mode, and report
 how soon each mode reaches a target test accuracy:
 
-    build/util/pcollrun -n 4 /usr/bin/python3 perf/train_imbalance.py --model paper --seeds 1,2,3
+    build/tools/pcollrun -n 4 /usr/bin/python3 perf/train_imbalance.py --model paper --seeds 1,2,3
     (PYTHONPATH=build/python, or pcoll installed for /usr/bin/python3)
 
 Data: sklearn's digits (1797 8x8 images, 10 classes), split 80/20 by the seed, standardised

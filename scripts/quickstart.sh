@@ -19,7 +19,7 @@ echo
 if [[ -d build/python/pcoll ]]; then
   echo "== train_imbalance.py: 4 ranks train an MLP on digits (real compute; two random ranks sleep 0.8x it"
   echo "   each step); time to sync's accuracy for sync, solo, majority and torch DDP"
-  PYTHONPATH=build/python timeout 300 build/util/pcollrun -n 4 /usr/bin/python3 perf/train_imbalance.py \
+  PYTHONPATH=build/python timeout 300 build/tools/pcollrun -n 4 /usr/bin/python3 perf/train_imbalance.py \
     --model paper --steps 150
 else
   echo "== train_imbalance.py skipped: the Python package was not built (see meson's summary)"

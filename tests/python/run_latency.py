@@ -1,8 +1,8 @@
 """Round latency of pcoll's Python binding, timed like perf/pcoll_allreduce (mean, p50, p99
 of the per-round maximum over ranks), so the two can be run side by side:
 
-    build/util/pcollrun -n 2 build/perf/pcoll_allreduce --mode sync -b 8 -e 8 -n 20000 -w 2000
-    PYTHONPATH=build/python build/util/pcollrun -n 2 /usr/bin/python3 tests/python/run_latency.py \
+    build/tools/pcollrun -n 2 build/perf/pcoll_allreduce --mode sync -b 8 -e 8 -n 20000 -w 2000
+    PYTHONPATH=build/python build/tools/pcollrun -n 2 /usr/bin/python3 tests/python/run_latency.py \
         --modes sync -b 8 -n 20000 -w 2000
 
 Each timed call is one ar.run(send, recv) from Python: argument checks, the GIL hand-over
