@@ -70,7 +70,8 @@ TEST_CASE("every message reads back as it was written") {
   CHECK(Blob(h.key.begin(), h.key.end()) == key);
 
   const Blob blob = bytes_of("address");
-  const wire::Gather g = wire::parse_gather(payload_of(wire::encode_gather(42, blob)));
+  const Blob gather = wire::encode_gather(42, blob);  // parse results point into it: keep it alive
+  const wire::Gather g = wire::parse_gather(payload_of(gather));
   CHECK(g.seq == 42);
   CHECK(Blob(g.blob.begin(), g.blob.end()) == blob);
 
@@ -81,7 +82,8 @@ TEST_CASE("every message reads back as it was written") {
   CHECK(r.seq == 7);
   CHECK(r.blobs == blobs);
 
-  const wire::Failure f = wire::parse_error(payload_of(wire::encode_error(Errc::timeout, "rank 2 is late")));
+  const Blob error = wire::encode_error(Errc::timeout, "rank 2 is late");
+  const wire::Failure f = wire::parse_error(payload_of(error));
   CHECK(f.code == Errc::timeout);
   CHECK(f.message == "rank 2 is late");
 
