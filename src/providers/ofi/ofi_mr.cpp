@@ -1,40 +1,12 @@
 // Registered memory: LocalRegion (fi_mr_reg, honouring every mr_mode bit) and the key blob
-// peers turn into a RemoteRegion.
-//
-// Key blob (little-endian, native): magic u32, owner rank i32, flags u32 (bit 0: remote
-// addresses are virtual addresses), raw key length u32, base address u64, length u64, key
-// u64, then the raw key bytes (FI_MR_RAW only).
+// peers turn into a RemoteRegion. The blob's layout and its validation are ofi_key.cpp's.
 #include <cstdlib>
 #include <cstring>
 
+#include "ofi_key.hpp"
 #include "ofi_transport.hpp"
 
 namespace pcoll::transport::ofi {
-
-namespace {
-
-constexpr uint32_t kFlagVirtAddr = 1;
-
-struct KeyHeader {
-  uint32_t magic;
-  int32_t owner_rank;
-  uint32_t flags;
-  uint32_t raw_key_bytes;
-  uint64_t base_address;
-  uint64_t bytes;
-  uint64_t key;
-};
-static_assert(sizeof(KeyHeader) == 40, "key blob header must have no padding");
-constexpr size_t kKeyHeaderBytes = sizeof(KeyHeader);
-
-template <class T>
-T get(std::span<const std::byte> in, size_t at) {
-  T value{};
-  std::memcpy(&value, in.data() + at, sizeof value);
-  return value;
-}
-
-}  // namespace
 
 OfiLocalRegion::OfiLocalRegion(OfiTransport& transport, std::span<std::byte> memory,
                                std::unique_ptr<std::byte, FreeDeleter> owned)
@@ -117,33 +89,19 @@ std::unique_ptr<LocalRegion> OfiTransport::register_memory(std::span<std::byte> 
 
 std::unique_ptr<RemoteRegion> OfiTransport::import_region(int peer, std::span<const std::byte> key) {
   check_peer("import_region", peer);
-  const std::string who = "ofi: region key from rank " + std::to_string(peer);
-  if (key.size() < kKeyHeaderBytes || get<uint32_t>(key, 0) != kKeyMagic)
-    fail(Errc::protocol, who + " is malformed (" + std::to_string(key.size()) +
-                             " bytes, not a pcoll libfabric key)");
-  const auto owner = get<int32_t>(key, 4);
-  const auto flags = get<uint32_t>(key, 8);
-  const auto raw_bytes = get<uint32_t>(key, 12);
-  const auto base = get<uint64_t>(key, 16);
-  const auto bytes = get<uint64_t>(key, 24);
-  uint64_t mr_key = get<uint64_t>(key, 32);
-  if (key.size() != kKeyHeaderBytes + raw_bytes)
-    fail(Errc::protocol, who + " is malformed (length " + std::to_string(key.size()) +
-                             " disagrees with its raw key length " + std::to_string(raw_bytes) + ")");
-  if (owner >= 0 && owner != peer)
-    fail(Errc::protocol, who + " was registered by rank " + std::to_string(owner));
-  const bool virt = (flags & kFlagVirtAddr) != 0;
-  if (virt != ((mr_mode_ & FI_MR_VIRT_ADDR) != 0) || ((mr_mode_ & FI_MR_RAW) != 0) != (raw_bytes > 0))
-    fail(Errc::protocol, who + " was made with a different memory registration mode");
+  const KeyModes modes{.virt_addr = (mr_mode_ & FI_MR_VIRT_ADDR) != 0, .raw = (mr_mode_ & FI_MR_RAW) != 0};
+  const KeyEnvelope envelope = parse_key(key, peer, modes);
+  const uint64_t base = envelope.base;
+  uint64_t mr_key = envelope.mr_key;
   bool mapped = false;
-  if (raw_bytes > 0) {
+  if (!envelope.raw_key.empty()) {
     std::lock_guard lock(mutex_);
-    auto* raw = const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(key.data() + kKeyHeaderBytes));
-    if (int rc = fi_mr_map_raw(domain_.get(), base, raw, raw_bytes, &mr_key, 0); rc != 0)
+    auto* raw = const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(envelope.raw_key.data()));
+    if (int rc = fi_mr_map_raw(domain_.get(), base, raw, envelope.raw_key.size(), &mr_key, 0); rc != 0)
       fail_fi("fi_mr_map_raw(rank " + std::to_string(peer) + ")", rc);
     mapped = true;
   }
-  return std::make_unique<OfiRemoteRegion>(domain_.get(), peer, base, bytes, mr_key, mapped);
+  return std::make_unique<OfiRemoteRegion>(domain_.get(), peer, base, envelope.bytes, mr_key, mapped);
 }
 
 }  // namespace pcoll::transport::ofi

@@ -310,8 +310,7 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
 inline constexpr size_t kRecvSlots = 64;
 inline constexpr size_t kAtomicSlots = 64;
 
-// Key blob layout version (ofi_mr.cpp).
-inline constexpr uint32_t kKeyMagic = 0x50434d52;   // "PCMR"
+// Address blob magic (the key blob's is in ofi_key.hpp).
 inline constexpr uint32_t kAddressMagic = 0x5043414e;  // "PCAN"
 
 // --- Templates shared by ofi_rma.cpp, ofi_atomic.cpp and ofi_cq.cpp --------------------------

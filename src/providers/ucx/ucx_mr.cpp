@@ -1,12 +1,7 @@
 // Memory regions: ucp_mem_map (allocating for allocate(), mapping the caller's memory for
 // register_memory()), the remote-key blob peers exchange, and its validation on import.
 //
-// Blob layout (little-endian host order, all ranks run on the same architecture):
-//   u32 magic 'PCXK' | u16 version | u16 reserved 0 | u64 address | u64 length |
-//   u64 origin (fingerprint of the owner's worker address) | u32 rkey bytes | u32 reserved 0 |
-//   u64 FNV-1a of everything else | packed UCP rkey
-// The checksum catches truncated or corrupted blobs before UCP parses the packed key, which
-// it does not validate; the origin catches a key imported as another rank's.
+// The blob's envelope is ucx_key.cpp's; here UCP packs the rkey that goes inside it.
 #include <cstring>
 
 #include "ucx_transport.hpp"
@@ -14,44 +9,6 @@
 namespace pcoll::transport::ucx {
 
 namespace {
-
-constexpr uint32_t kKeyMagic = 0x4b584350;  // "PCXK"
-constexpr uint16_t kKeyVersion = 1;
-
-struct KeyHeader {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved0;
-  uint64_t address;
-  uint64_t length;
-  uint64_t origin;
-  uint32_t rkey_bytes;
-  uint32_t reserved1;
-  uint64_t checksum;
-};
-static_assert(sizeof(KeyHeader) == 48);
-
-uint64_t fnv1a(std::span<const std::byte> bytes, uint64_t hash = 0xcbf29ce484222325ull) {
-  for (std::byte b : bytes) {
-    hash ^= static_cast<uint64_t>(b);
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
-}  // namespace
-
-uint64_t address_fingerprint(std::span<const std::byte> worker_address) {
-  return fnv1a(worker_address);
-}
-
-namespace {
-
-uint64_t key_checksum(KeyHeader header, std::span<const std::byte> rkey) {
-  header.checksum = 0;
-  const uint64_t hash = fnv1a(std::as_bytes(std::span(&header, 1)));
-  return fnv1a(rkey, hash);
-}
 
 struct RkeyBufferDeleter {
   void operator()(void* buffer) const noexcept { ucp_rkey_buffer_release(buffer); }
@@ -70,36 +27,7 @@ Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t l
     rkey_buffer.reset(raw);
   }
   const auto rkey = std::span(static_cast<const std::byte*>(rkey_buffer.get()), rkey_bytes);
-  KeyHeader header{kKeyMagic, kKeyVersion, 0, address, length, origin,
-                   static_cast<uint32_t>(rkey_bytes), 0, 0};
-  header.checksum = key_checksum(header, rkey);
-  Bytes blob(sizeof header + rkey_bytes);
-  std::memcpy(blob.data(), &header, sizeof header);
-  if (rkey_bytes) std::memcpy(blob.data() + sizeof header, rkey.data(), rkey_bytes);
-  return blob;
-}
-
-KeyView decode_key(std::span<const std::byte> key, const std::string& who) {
-  KeyHeader header{};
-  if (key.size() < sizeof header)
-    fail(Errc::protocol, "ucx: " + who + " is " + std::to_string(key.size()) +
-                             " bytes, shorter than its " + std::to_string(sizeof header) +
-                             "-byte header");
-  std::memcpy(&header, key.data(), sizeof header);
-  if (header.magic != kKeyMagic || header.version != kKeyVersion)
-    fail(Errc::protocol, "ucx: " + who + " is not a UCX provider key (magic/version mismatch; "
-                         "do all ranks use the same PCOLL_PROVIDER and pcoll version?)");
-  const auto rkey = key.subspan(sizeof header);
-  if (rkey.size() != header.rkey_bytes || header.reserved0 != 0 || header.reserved1 != 0 ||
-      (header.length > 0) != (header.rkey_bytes > 0))
-    fail(Errc::protocol, "ucx: " + who + " has inconsistent lengths (" +
-                             std::to_string(key.size()) + " bytes, rkey " +
-                             std::to_string(header.rkey_bytes) + " bytes)");
-  if (header.checksum != key_checksum(header, rkey))
-    fail(Errc::protocol, "ucx: " + who + " is corrupted (checksum mismatch)");
-  if (header.address + header.length < header.address)
-    fail(Errc::protocol, "ucx: " + who + " describes a region that wraps the address space");
-  return KeyView{header.address, header.length, header.origin, rkey};
+  return encode_key(address, length, origin, rkey);
 }
 
 UcxLocalRegion::UcxLocalRegion(std::shared_ptr<UcxCore> core, ucp_mem_h memh,

@@ -28,6 +28,7 @@
 
 #include "error.hpp"
 #include "transport.hpp"
+#include "ucx_key.hpp"
 #include "ucx_provider.hpp"
 #include "wait_loop.hpp"
 
@@ -54,8 +55,6 @@ using WorkerPtr = std::unique_ptr<ucp_worker, WorkerDeleter>;
 // The same for a failure about one peer (Error::rank() = peer_rank).
 [[noreturn]] void fail_peer_status(Errc code, int peer_rank, const std::string& what,
                                    ucs_status_t status);
-// Identifies a worker address in region keys (ucx_mr.cpp).
-uint64_t address_fingerprint(std::span<const std::byte> worker_address);
 // Errc for a failed operation towards a peer: peer_failed for connection-level statuses.
 Errc errc_for_peer_status(ucs_status_t status);
 
@@ -67,14 +66,7 @@ enum AmId : unsigned {
   am_kick = 0x34,          // no header, no data: wakes a receiver asleep on its mailbox
 };
 
-// A region key blob (ucx_mr.cpp), validated: lengths, checksum, no wrap-around.
-struct KeyView {
-  uint64_t address = 0;
-  uint64_t length = 0;
-  uint64_t origin = 0;  // fingerprint of the owner's worker address
-  std::span<const std::byte> rkey;
-};
-KeyView decode_key(std::span<const std::byte> key, const std::string& who);
+// The key blob around a packed rkey (envelope and its validation: ucx_key.hpp).
 Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t length,
                uint64_t origin);
 
