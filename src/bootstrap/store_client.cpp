@@ -111,7 +111,7 @@ struct StoreClient::Impl {
     }
     send_all(wire::encode_hello(static_cast<uint32_t>(rank), static_cast<uint32_t>(size),
                                 std::as_bytes(std::span(job_key))));
-    const auto [type, payload] = receive();
+    const MsgType type = receive().type;
     if (type != MsgType::welcome) fail(Errc::protocol, where() + " answered hello with message type " +
                                                             std::to_string(static_cast<int>(type)));
   }
@@ -152,8 +152,13 @@ struct StoreClient::Impl {
     }
   }
 
+  struct Message {
+    MsgType type;
+    Blob payload;
+  };
+
   // Next message other than ping; an error message is thrown as the store's Error.
-  std::pair<MsgType, Blob> receive() {
+  Message receive() {
     for (;;) {
       std::byte header[wire::kHeaderBytes];
       receive_exact(header);
@@ -177,11 +182,13 @@ struct StoreClient::Impl {
       invalid_argument("bootstrap allgather of " + std::to_string(mine.size()) +
                        " bytes exceeds the store's limit of " + std::to_string(kMaxStoreBlobBytes));
     send_all(wire::encode_gather(seq, mine));
-    const auto [type, payload] = receive();
-    if (type != MsgType::result)
+    // A named struct, not a structured binding: C++20 lets a lambda capture a binding, but
+    // clang implements that only from version 16 and the fuzz build (scripts/fuzz.sh) uses 14.
+    const Message reply = receive();
+    if (reply.type != MsgType::result)
       fail(Errc::protocol, where() + " answered bootstrap collective #" + std::to_string(seq) +
-                               " with message type " + std::to_string(static_cast<int>(type)));
-    wire::Result result = checked("result", [&] { return wire::parse_result(payload); });
+                               " with message type " + std::to_string(static_cast<int>(reply.type)));
+    wire::Result result = checked("result", [&] { return wire::parse_result(reply.payload); });
     if (result.seq != seq)
       fail(Errc::protocol, where() + " answered bootstrap collective #" + std::to_string(seq) +
                                " out of order");
