@@ -8,8 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-20}"
+if ! command -v clang++ >/dev/null; then
+  echo "fuzz.sh: clang++ not found; bash scripts/install-deps.sh installs clang and libclang-rt-14-dev" >&2
+  exit 1
+fi
 if [[ ! -f build-fuzz/build.ninja ]]; then
-  # The libraries get coverage instrumentation (fuzzer-no-link); the targets link libFuzzer.
+  # A build of its own, so the gcc build in build/ is left as it is. The libraries get
+  # coverage instrumentation (fuzzer-no-link); the targets link libFuzzer.
   CC=clang CXX=clang++ meson setup build-fuzz -Dfuzz=true -Dbuildtype=debugoptimized \
     -Db_sanitize=address,undefined -Db_lundef=false \
     -Dc_args=-fsanitize=fuzzer-no-link -Dcpp_args=-fsanitize=fuzzer-no-link
@@ -21,6 +26,9 @@ for source in tests/fuzz/fuzz_*.cpp; do
   if grep -q "build tests/fuzz/$target:" build-fuzz/build.ninja; then targets+=("$target"); fi
 done
 ninja -C build-fuzz "${targets[@]/#/tests/fuzz/}"
+# Each target sees only the layer it fuzzes (tests/unit/layering.py's rules for tests/fuzz);
+# the gcc build does not compile the targets, so their layering is checked here.
+/usr/bin/python3 tests/unit/layering.py build-fuzz .
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

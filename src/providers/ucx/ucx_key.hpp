@@ -1,7 +1,7 @@
 // The UCX provider's remote-key blob without UCX: its layout, the envelope encoder and the
 // validating decoder. UCP does not validate a packed rkey it unpacks, so import_region and
 // the mailbox check every blob here before any of it reaches ucp_ep_rkey_unpack; being pure
-// functions over bytes, they are unit-tested and fuzzed (tests/fuzz/fuzz_ucx_key.cpp) alone.
+// functions over bytes, they are fuzzed alone (tests/fuzz/fuzz_ucx_key.cpp).
 //
 // Blob layout (little-endian host order, all ranks run on the same architecture):
 //   u32 magic 'PCXK' | u16 version | u16 reserved 0 | u64 address | u64 length |
