@@ -14,11 +14,13 @@ ALLOWED = {
     "src/transport": {"src/transport", "src/support"},
     "src/providers/ofi": {"src/providers/ofi", "src/transport", "src/support"},
     "src/providers/ucx": {"src/providers/ucx", "src/transport", "src/support"},
-    "src/providers": {"src/providers", "src/providers/ofi", "src/providers/ucx", "src/transport", "src/support"},
+    "src/providers/fault": {"src/providers/fault", "src/transport", "src/support"},
+    "src/providers": {"src/providers", "src/providers/ofi", "src/providers/ucx", "src/providers/fault",
+                      "src/transport", "src/support"},
     "src/bootstrap": {"src/bootstrap", "src/support"},
     "src/collectives": {"src/collectives", "src/transport", "src/bootstrap", "src/support", "include"},
     "src/api": {"src/api", "src/collectives", "src/providers", "src/providers/ofi", "src/providers/ucx",
-                "src/transport", "src/bootstrap", "src/support", "include"},
+                "src/providers/fault", "src/transport", "src/bootstrap", "src/support", "include"},
     "src/bootstrap/mpi": {"src/bootstrap/mpi", "include"},
 }
 
