@@ -738,10 +738,13 @@ struct StoreServer::Impl {
     for (;;) {
       if (stopping.load() && !drain_deadline) {
         // Stop taking new connections; give the connected ones time to read their last
-        // answers and close their end, so nobody sees a reset instead of a result.
+        // answers and close their end, so nobody sees a reset instead of a result. After a
+        // failure the ranks are still answered until each leaves: one that comes to the
+        // failed collective late must hear what failed, not that the store went away.
         drain_deadline = Clock::now() + std::min(config.timeout, milliseconds(5000));
         listen_fd.reset();
         for (auto& c : conns) {
+          if (failure && c->rank >= 0) continue;
           c->closing = true;
           c->close_deadline = *drain_deadline;
           flush(*c);
@@ -1076,7 +1079,7 @@ class StoreBootstrap final : public Bootstrap {
       : rank_(rank), size_(size), manual_(manual), server_(std::move(server)), client_(std::move(client)) {}
 
   ~StoreBootstrap() override {
-    if (manual_) {
+    if (manual_ && !abandoned_) {
       // Rank 0 hosts the store: nobody may leave (and rank 0 may not take the store down)
       // while another rank still needs it.
       try {
@@ -1095,8 +1098,12 @@ class StoreBootstrap final : public Bootstrap {
   std::string name() const override { return manual_ ? "manual" : "pcollrun"; }
   std::vector<Blob> allgather(std::span<const std::byte> mine) override { return client_->allgather(mine); }
   void barrier() override { client_->barrier(); }
+  // A failed job: rank 0 may take the store down without waiting, and the others need it
+  // no more (their own final barriers then end at once, the store being gone).
+  void abandon() override { abandoned_ = true; }
 
  private:
+  bool abandoned_ = false;
   int rank_;
   int size_;
   bool manual_;

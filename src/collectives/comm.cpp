@@ -29,6 +29,15 @@ std::string host_name() {
 
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
     : boot_(std::move(boot)) {
+  // A setup that fails leaves the job broken: the bootstrap must not then wait in a final
+  // barrier of its own, which would join the other ranks' setup collectives.
+  struct AbandonUnlessSetUp {
+    bootstrap::Bootstrap& boot;
+    bool set_up = false;
+    ~AbandonUnlessSetUp() {
+      if (!set_up) boot.abandon();
+    }
+  } setup{*boot_};
   log::threshold();  // reject a bad PCOLL_LOG now rather than at the first message
   rank_ = boot_->rank();
   size_ = boot_->size();
@@ -99,6 +108,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   boot_->barrier();
   log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
             ", provider " + provider_ + ", bootstrap " + bootstrap_name_);
+  setup.set_up = true;
 }
 
 Comm::~Comm() {
@@ -115,6 +125,8 @@ Comm::~Comm() {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    // Nobody waits for the others on the way out: a stopped peer would never come.
+    boot_->abandon();
   }
   if (driver_) driver_->stop();
   driver_.reset();
