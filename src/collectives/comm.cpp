@@ -109,6 +109,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
             ", provider " + provider_ + ", bootstrap " + bootstrap_name_);
   setup.set_up = true;
+  heartbeat_on_.store(true, std::memory_order_relaxed);
 }
 
 Comm::~Comm() {
@@ -219,11 +220,31 @@ void Comm::progress_hook() {
       const auto now = Clock::now();
       for (Allreduce* handle : handles_)
         if (handle != nullptr) handle->probe_locked(now);
+      heartbeat_locked(now);
     } catch (const Error&) {
       // Recorded by mark_failed(); the application sees it at its next call.
     }
   }
   engine_moved_.notify_all();
+}
+
+// Whoever waits on a peer probes it (Allreduce::probe_locked, the agreement), but a dead
+// rank can be waited on by nobody who is probing: in a sync round whose other ranks
+// compute, the one rank already waiting waits on a live partner, and the dead rank's
+// partners have not joined. So every engine also asks its ring successor whether it is
+// alive, once per probe period (a quarter of the timeout, at most a second): a dead or
+// silent rank is found by its predecessor within about the timeout whatever the
+// applications do, and the failure broadcast tells everyone. One ping per rank per period.
+void Comm::heartbeat_locked(Clock::time_point now) {
+  if (size_ < 2 || !heartbeat_on_.load(std::memory_order_relaxed)) return;
+  const int successor = (rank_ + 1) % size_;
+  // Never stricter than what the application allowed its handles.
+  std::chrono::milliseconds timeout = timeout_;
+  for (const Allreduce* handle : handles_)
+    if (handle != nullptr) timeout = std::max(timeout, handle->timeout());
+  const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
+  if (!ping_sent_[successor] && now - last_pong_[successor] < period) return;
+  watch_locked(successor, timeout);
 }
 
 void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
