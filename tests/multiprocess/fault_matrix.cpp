@@ -153,6 +153,10 @@ class Rank {
       if (cell_.fault == "kill") ::raise(SIGKILL);
       else if (cell_.fault == "stop") ::raise(SIGSTOP);
       else ::raise(SIGUSR1);  // arms the fault-injection transport's rule
+      // Come to the call last: the others already wait in it, and the victim's engine has
+      // heard from them before its own first operation fails (errors found after the
+      // waiting is over take another path than errors found while waiting).
+      std::this_thread::sleep_for(milliseconds(100));
     } else if (cell_.survivors == "compute" && rank_ != 0) {
       std::this_thread::sleep_for(milliseconds(2 * cell_.timeout_ms));
     }
