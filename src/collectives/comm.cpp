@@ -172,6 +172,9 @@ void Comm::dispatch_locked(uint64_t value) {
       mark_failed(culprit == kUnknownRank ? -1 : static_cast<int>(culprit),
            culprit == kUnknownRank
                ? "another rank reported a failure of the job"
+           : culprit == static_cast<uint32_t>(rank_)
+               ? "rank " + std::to_string(culprit) + " (this rank) was reported failed by another rank: its "
+                 "connection to this rank failed, or this rank did not answer it in time"
                : "rank " + std::to_string(culprit) + " failed or stopped answering (reported by another rank)");
       return;
     }
@@ -284,6 +287,17 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
       transport_->notify(r, encode(NoticeKind::failure, 0, detail, 0));
     } catch (const Error&) {
       // That peer may be gone too; the others still need to hear.
+    }
+  }
+  // The culprit last, unless it owes us an answer (then it is presumably dead, and a send
+  // into its full queue could block): a provider error about it (a reset connection, a
+  // failed write) may leave it alive, and it would otherwise learn of the failure only by
+  // timing out on a partner that, failed, no longer answers.
+  if (culprit >= 0 && culprit < size_ && culprit != rank_ && !ping_sent_[static_cast<size_t>(culprit)]) {
+    try {
+      transport_->notify(culprit, encode(NoticeKind::failure, 0, detail, 0));
+    } catch (const Error&) {
+      // Gone indeed.
     }
   }
   transport_->wake();
