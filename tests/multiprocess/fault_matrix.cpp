@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <regex>
@@ -267,6 +268,16 @@ void dump_stacks(const test::Process& process, const std::string& label, int ran
   if (std::system(command.c_str()) == 0) std::printf("        stacks of rank %d: %s\n", rank, file.c_str());
 }
 
+// libfabric's shm names a rank's shared memory after its pid (/dev/shm/<pid>:...) and a
+// killed rank cannot remove it: a later process that gets the same pid then fails in
+// fi_enable (EBUSY). Remove what the killed ranks of a cell left.
+void remove_shm_of(pid_t pid) {
+  const std::string prefix = std::to_string(pid) + ":";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(entry.path(), error);
+}
+
 Report parse(test::Process& process, std::optional<int> exit) {
   Report r;
   r.exit = exit;
@@ -299,7 +310,13 @@ Report parse(test::Process& process, std::optional<int> exit) {
   std::smatch when;
   if (!r.fault_at && std::regex_search(err, when, std::regex("injected by PCOLL_FAULT[^\\n]*t=(\\d+) ms")))
     r.fault_at = std::stoll(when[1]);
-  r.err_tail = err.size() > 600 ? err.substr(err.size() - 600) : err;
+  // What a reader needs: the messages, not the backtraces UCX prints after a signal.
+  std::string messages;
+  std::istringstream lines(err);
+  static const std::regex frame("^\\s*(\\d+\\s+)?/|^=+|^\\s*$");
+  for (std::string line; std::getline(lines, line);)
+    if (!std::regex_search(line, frame)) messages += line + "\n";
+  r.err_tail = messages.size() > 1500 ? messages.substr(messages.size() - 1500) : messages;
   return r;
 }
 
@@ -401,6 +418,14 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
     if (!s.exit) problems.push_back(who + "hung in cleanup (destroy / finalize) after its error");
     else if (*s.exit != 0) problems.push_back(who + "crashed or failed in cleanup (exit " + std::to_string(*s.exit) + ")");
   }
+  // Every rank is gone now (a stopped or hung one is killed); tidy after the killed ones.
+  std::vector<pid_t> killed;
+  for (int r = 0; r < cell.ranks; ++r)
+    if (const auto& rep = reports[static_cast<size_t>(r)]; !rep.exit || *rep.exit >= 128)
+      killed.push_back(ranks[static_cast<size_t>(r)]->pid());
+  ranks.clear();
+  for (const pid_t pid : killed) remove_shm_of(pid);
+
   if (problems.empty()) {
     std::printf("PASS  %-40s worst %5.0f ms (limit %.0f)\n", label.c_str(), worst, limit);
     return 0;

@@ -138,6 +138,7 @@ bool FaultTransport::before_operation(int peer, const char* operation) {
   int signal = 0;
   {
     std::lock_guard lock(mutex_);
+    if (!connected_) return true;  // the inner transport refuses it; rules need the rank
     if (silent_) return false;
     const std::string what = std::string("fault: ") + operation + " to rank " + std::to_string(peer);
     if (peer >= 0 && peer < size_ && !reset_[static_cast<size_t>(peer)].empty())
