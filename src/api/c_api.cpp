@@ -158,6 +158,7 @@ int pcoll_finalize(pcoll_comm_t* comm) {
   return guarded("pcoll_finalize", [&] {
     require(comm != nullptr, "comm is NULL");
     // Nobody tears down its endpoint while a peer may still be talking to it.
+    owned->comm->stop_heartbeat();
     if (!owned->comm->failed()) owned->comm->barrier(owned->comm->timeout());
     owned.reset();
   });

@@ -26,6 +26,10 @@ class Bootstrap {
   // rank Errc::timeout naming the missing rank(s).
   virtual std::vector<Blob> allgather(std::span<const std::byte> mine) = 0;
   virtual void barrier() = 0;
+  // The job has failed (a peer died or stopped answering): nobody is to be waited for any
+  // more. A bootstrap whose destructor synchronises the ranks (the manual store's final
+  // barrier) skips that: a stopped peer would keep it waiting forever.
+  virtual void abandon() {}
 };
 
 // Picks the bootstrap from the environment (PCOLL_BOOTSTRAP forces one): PMIx

@@ -22,7 +22,7 @@ class StoreBootstrap final : public Bootstrap {
       : rank_(rank), size_(size), manual_(manual), server_(std::move(server)), client_(std::move(client)) {}
 
   ~StoreBootstrap() override {
-    if (manual_) {
+    if (manual_ && !abandoned_) {
       // Rank 0 hosts the store: nobody may leave (and rank 0 may not take the store down)
       // while another rank still needs it.
       try {
@@ -41,8 +41,12 @@ class StoreBootstrap final : public Bootstrap {
   std::string name() const override { return manual_ ? "manual" : "pcollrun"; }
   std::vector<Blob> allgather(std::span<const std::byte> mine) override { return client_->allgather(mine); }
   void barrier() override { client_->barrier(); }
+  // A failed job: rank 0 may take the store down without waiting, and the others need it
+  // no more (their own final barriers then end at once, the store being gone).
+  void abandon() override { abandoned_ = true; }
 
  private:
+  bool abandoned_ = false;
   int rank_;
   int size_;
   bool manual_;

@@ -149,6 +149,8 @@ struct Refusal {
 
 class Job {
  public:
+  // A collective failed: the job is broken (every rank is told why).
+  bool failed() const { return failure_.has_value(); }
   Job(const StoreServerConfig& config, Outbox& outbox)
       : config_(config), outbox_(outbox), ranks_(static_cast<size_t>(config.size)) {}
 
@@ -512,10 +514,17 @@ struct StoreServer::Impl final : Outbox {
 
   // Stop taking new connections; give the connected ones time to read their last answers
   // and close their end, so nobody sees a reset instead of a result.
+  // Stop taking new connections; give the connected ones time to read their last answers
+  // and close their end, so nobody sees a reset instead of a result. After a failure the
+  // ranks are still answered until each leaves: one that comes to the failed collective
+  // late must hear what failed, not that the store went away.
   Clock::time_point start_draining() {
     const auto deadline = Clock::now() + std::min(config.timeout, milliseconds(5000));
     listen_fd.reset();
-    for (auto& c : conns) start_closing(*c, deadline);
+    for (auto& c : conns) {
+      if (job.failed() && c->rank >= 0) continue;
+      start_closing(*c, deadline);
+    }
     return deadline;
   }
 

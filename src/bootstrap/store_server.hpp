@@ -33,7 +33,8 @@ class StoreServer {
 
   uint16_t port() const;
   // Stops accepting, lets connected clients read what was sent to them (bounded by the
-  // timeout) and joins the thread. Idempotent.
+  // timeout; after a failed collective, keeps answering them until they leave, so a rank
+  // that comes late hears what failed) and joins the thread. Idempotent.
   void stop();
 
   struct Impl;

@@ -85,8 +85,14 @@ std::vector<std::vector<std::byte>> Agreement::allgather(std::span<const std::by
     comm_.sleep_locked(lock, std::chrono::milliseconds(2));
   }
   // Our sends read our own slot: they must be done before the next agreement of this
-  // parity overwrites it, and before the blobs are handed out.
-  transport_.flush();
+  // parity overwrites it, and before the blobs are handed out. A send that failed is
+  // reported here (a completion error): the peers that miss our blob must hear of it.
+  try {
+    transport_.flush();
+  } catch (const Error& error) {
+    comm_.mark_failed(error.rank(), error.what());
+    throw;
+  }
   std::vector<std::vector<std::byte>> all(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     const std::byte* slot = region_->bytes().data() + slot_offset(sequence, r);

@@ -702,7 +702,13 @@ void Allreduce::destroy() {
   if (outstanding) wait_for_round(nullptr);
   {
     std::lock_guard lock(comm_.engine_mutex());
-    if (large_writes_pending_) transport_.flush();
+    try {
+      if (large_writes_pending_) transport_.flush();
+    } catch (const Error& error) {
+      // A write of the last round failed: its target waits for it, tell everyone.
+      comm_.mark_failed(error.rank(), error.what());
+      throw;
+    }
   }
   comm_.barrier(timeout_);
 }

@@ -72,6 +72,7 @@ class Allreduce {
   // is found whatever this rank's application is doing (computing, polling with test).
   void probe_locked(std::chrono::steady_clock::time_point now);
   uint32_t id() const { return id_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
   int majority_initiator(uint64_t round) const;
 
  private:

@@ -18,6 +18,15 @@ namespace pcoll {
 
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
     : boot_(std::move(boot)) {
+  // A setup that fails leaves the job broken: the bootstrap must not then wait in a final
+  // barrier of its own, which would join the other ranks' setup collectives.
+  struct AbandonUnlessSetUp {
+    bootstrap::Bootstrap& boot;
+    bool set_up = false;
+    ~AbandonUnlessSetUp() {
+      if (!set_up) boot.abandon();
+    }
+  } setup{*boot_};
   log::threshold();  // reject a bad PCOLL_LOG now rather than at the first message
   rank_ = boot_->rank();
   size_ = boot_->size();
@@ -83,6 +92,8 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   boot_->barrier();
   log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
             ", provider " + provider_ + ", bootstrap " + bootstrap_name_);
+  setup.set_up = true;
+  heartbeat_on_.store(true, std::memory_order_relaxed);
 }
 
 Comm::~Comm() {
@@ -99,6 +110,8 @@ Comm::~Comm() {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    // Nobody waits for the others on the way out: a stopped peer would never come.
+    boot_->abandon();
   }
   if (driver_) driver_->stop();
   driver_.reset();
@@ -143,6 +156,9 @@ void Comm::dispatch_locked(uint64_t value) {
       mark_failed(culprit == kUnknownRank ? -1 : static_cast<int>(culprit),
            culprit == kUnknownRank
                ? "another rank reported a failure of the job"
+           : culprit == static_cast<uint32_t>(rank_)
+               ? "rank " + std::to_string(culprit) + " (this rank) was reported failed by another rank: its "
+                 "connection to this rank failed, or this rank did not answer it in time"
                : "rank " + std::to_string(culprit) + " failed or stopped answering (reported by another rank)");
       return;
     }
@@ -191,11 +207,31 @@ void Comm::progress_hook() {
       const auto now = Clock::now();
       for (Allreduce* handle : handles_)
         if (handle != nullptr) handle->probe_locked(now);
+      heartbeat_locked(now);
     } catch (const Error&) {
       // Recorded by mark_failed(); the application sees it at its next call.
     }
   }
   engine_moved_.notify_all();
+}
+
+// Whoever waits on a peer probes it (Allreduce::probe_locked, the agreement), but a dead
+// rank can be waited on by nobody who is probing: in a sync round whose other ranks
+// compute, the one rank already waiting waits on a live partner, and the dead rank's
+// partners have not joined. So every engine also asks its ring successor whether it is
+// alive, once per probe period (a quarter of the timeout, at most a second): a dead or
+// silent rank is found by its predecessor within about the timeout whatever the
+// applications do, and the failure broadcast tells everyone. One ping per rank per period.
+void Comm::heartbeat_locked(Clock::time_point now) {
+  if (size_ < 2 || !heartbeat_on_.load(std::memory_order_relaxed)) return;
+  const int successor = (rank_ + 1) % size_;
+  // Never stricter than what the application allowed its handles.
+  std::chrono::milliseconds timeout = timeout_;
+  for (const Allreduce* handle : handles_)
+    if (handle != nullptr) timeout = std::max(timeout, handle->timeout());
+  const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
+  if (!ping_sent_[successor] && now - last_pong_[successor] < period) return;
+  watch_locked(successor, timeout);
 }
 
 void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
@@ -235,6 +271,17 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
       transport_->notify(r, encode(NoticeKind::failure, 0, detail, 0));
     } catch (const Error&) {
       // That peer may be gone too; the others still need to hear.
+    }
+  }
+  // The culprit last, unless it owes us an answer (then it is presumably dead, and a send
+  // into its full queue could block): a provider error about it (a reset connection, a
+  // failed write) may leave it alive, and it would otherwise learn of the failure only by
+  // timing out on a partner that, failed, no longer answers.
+  if (culprit >= 0 && culprit < size_ && culprit != rank_ && !ping_sent_[static_cast<size_t>(culprit)]) {
+    try {
+      transport_->notify(culprit, encode(NoticeKind::failure, 0, detail, 0));
+    } catch (const Error&) {
+      // Gone indeed.
     }
   }
   transport_->wake();

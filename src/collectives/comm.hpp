@@ -71,6 +71,11 @@ class Comm {
   // A slow application is not a failure; a dead process or a dead engine is.
   void watch_locked(int peer, std::chrono::milliseconds timeout);
 
+  // Ends the heartbeat (heartbeat_locked): pcoll_finalize calls it before its barrier,
+  // after which ranks leave one by one, and one that has left must not look dead to a
+  // rank still leaving.
+  void stop_heartbeat() { heartbeat_on_.store(false, std::memory_order_relaxed); }
+
   // Marks the communicator failed (first reason wins), tells every peer, wakes waiters.
   void mark_failed(int culprit, const std::string& reason);
   // Throws the failure, if any.
@@ -100,6 +105,7 @@ class Comm {
  private:
   void progress_hook();
   void dispatch_locked(uint64_t value);
+  void heartbeat_locked(std::chrono::steady_clock::time_point now);
 
   std::unique_ptr<bootstrap::Bootstrap> boot_;
   int rank_ = 0;
@@ -112,6 +118,7 @@ class Comm {
   using Clock = std::chrono::steady_clock;
   std::vector<std::optional<Clock::time_point>> ping_sent_;
   std::vector<Clock::time_point> last_pong_;
+  std::atomic<bool> heartbeat_on_{false};  // from the end of setup to pcoll_finalize
   std::chrono::microseconds spin_budget_{50};
   bool yield_ = false;
 

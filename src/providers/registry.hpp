@@ -18,7 +18,9 @@ std::span<const transport::ProviderDescriptor* const> all();
 const transport::ProviderDescriptor* find(const std::string& family);
 
 // Makes the transport a selector names: "ofi" (best libfabric provider), "ofi:shm",
-// "ofi:tcp", "ofi:sockets", ..., "ucx", "ucx:shm", "ucx:tcp". An empty selector reads
+// "ofi:tcp", "ofi:sockets", ..., "ucx", "ucx:shm", "ucx:tcp"; "fault+<selector>" wraps that
+// transport in the fault-injection transport (providers/fault, configured by PCOLL_FAULT;
+// "fault+" alone wraps the default). An empty selector reads
 // PCOLL_PROVIDER, default "ucx:shm" (falling back to "ofi:shm" where UCX is not built in
 // or its shared memory is unusable). Unknown or unusable selectors throw
 // Errc::invalid_argument / Errc::unsupported with the list of what is available.

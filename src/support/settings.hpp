@@ -67,7 +67,10 @@ inline constexpr auto kTable = std::to_array<Setting>({
     // --- user settings (README.md, "Running") -------------------------------------------
     {.name = "PCOLL_PROVIDER", .kind = Kind::user, .type = Type::text, .fallback = kDefaultProvider,
      .doc = "transport provider: ofi, ofi:shm, ofi:tcp, ofi:sockets, ucx, ucx:shm, ucx:tcp "
-            "(pcoll_info lists them)"},
+            "(pcoll_info lists them); fault+<selector> wraps one in the fault-injection transport"},
+    {.name = "PCOLL_FAULT", .kind = Kind::user, .type = Type::text, .fallback = "",
+     .doc = "faults the fault-injection transport (PCOLL_PROVIDER=fault+<selector>) injects: "
+            "docs/reliability.md gives the grammar"},
     {.name = "PCOLL_TIMEOUT_MS", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "30000",
      .min = 1, .max = 86400000,
      .doc = "how long a silent peer may stay silent before it is reported"},

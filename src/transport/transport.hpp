@@ -118,6 +118,10 @@ class Transport {
   virtual void progress() = 0;
   // progress(), then pops up to out.size() notification values. Each value written by
   // notify()/write_notify() is returned exactly once, by exactly one poll().
+  // A delivery error found by progress (a write that completed in error, a notification
+  // that arrived damaged) is thrown by the next poll(), once, naming the peer where the
+  // provider knows it: the side waiting on that delivery would otherwise wait forever,
+  // since nothing but a later flush() would look. flush() still reports its own writes'.
   virtual size_t poll(std::span<uint64_t> out) = 0;
   // What wait() waits for.
   enum class WaitFor {

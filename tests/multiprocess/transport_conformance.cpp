@@ -462,6 +462,57 @@ TEST_CASE("an unresponsive target gives Errc::timeout naming the rank") {
   barrier();
 }
 
+// A write the target refuses (here: a wrong memory key) is a delivery error: the next
+// poll() throws it, naming the target, without waiting for a flush(), which small writes in
+// the engine never call (and flush() reports it too). libfabric only: the key envelope of
+// ofi_mr.cpp is ours to alter (the memory key is its u64 at byte 32), while a UCX rkey is
+// opaque and UCX does not validate it.
+TEST_CASE("a write refused by the target fails the initiator's next poll, naming the target") {
+  if (world->size < 2 || tp().capabilities().name.rfind("ofi", 0) != 0) return;
+  // A transport of its own with a short timeout: a target that silently drops the write
+  // (shm) is found by the write not completing within it.
+  pcoll::transport::Options options;
+  options.timeout = 500ms;
+  auto own = pcoll::providers::create(tp().capabilities().name, options);
+  connect(*own);
+  pcoll::transport::ProgressDriver driver(*own);
+  auto src = own->allocate(64);
+  auto dst = own->allocate(64);
+  const auto keys = world->boot->allgather(dst->remote_key());
+  if (world->rank == 0) {
+    auto bad_key = keys[1];
+    REQUIRE(bad_key.size() >= 40);
+    uint64_t mr_key = 0;
+    std::memcpy(&mr_key, bad_key.data() + 32, sizeof mr_key);
+    mr_key ^= 0x5a5a5a5a00000000ull;
+    std::memcpy(bad_key.data() + 32, &mr_key, sizeof mr_key);
+    auto target = own->import_region(1, bad_key);
+    own->write(*src, 0, *target, 0, 64);
+    std::optional<Error> seen;
+    const auto deadline = Clock::now() + 5s;
+    while (!seen && Clock::now() < deadline) {
+      try {
+        uint64_t value = 0;
+        own->poll({&value, 1});
+        std::this_thread::sleep_for(1ms);
+      } catch (const Error& e) {
+        seen = e;
+      }
+    }
+    REQUIRE_MESSAGE(seen.has_value(), "poll() did not report the refused write within 5 s");
+    CHECK(seen->rank() == 1);
+    CHECK(std::string(seen->what()).find("rank 1") != std::string::npos);
+    bool flush_reported = false;
+    try {
+      own->flush();
+    } catch (const Error& e) {
+      flush_reported = e.rank() == 1;
+    }
+    CHECK(flush_reported);
+  }
+  barrier();
+}
+
 int main(int argc, char** argv) {
   World w;
   try {

@@ -72,10 +72,11 @@ void OfiTransport::handle_error_locked() {
   }
   switch (op->kind) {
     case Op::Kind::recv: {
-      // Cancelled at shutdown; anything else (a truncated message) is reported and the
-      // buffer goes back into service.
+      // Cancelled at shutdown; anything else (a truncated message) lost a peer's
+      // notification, which somebody waits for: the buffer goes back into service and the
+      // next poll() fails.
       if (err.err != FI_ECANCELED) {
-        log::warn("ofi: notify receive failed: " + text);
+        defer_delivery_error_locked(Error(Errc::protocol, "ofi: a notification arrived damaged: " + text));
         repost_receive_locked(*static_cast<RecvSlot*>(op));
       }
       return;
@@ -83,10 +84,16 @@ void OfiTransport::handle_error_locked() {
     case Op::Kind::write: {
       auto& bucket = *static_cast<WriteBucket*>(op);
       if (bucket.outstanding > 0) --bucket.outstanding;
+      bucket.moved = Clock::now();
       const std::string message = "write to rank " + std::to_string(bucket.peer) + " failed: " + text;
       if (bucket.error.empty()) bucket.error = message;
-      if (is_peer_loss(-static_cast<ssize_t>(err.err)) && peer_failure_[bucket.peer].empty())
+      const bool lost = is_peer_loss(-static_cast<ssize_t>(err.err));
+      if (lost && peer_failure_[bucket.peer].empty())
         peer_failure_[bucket.peer] = "ofi: rank " + std::to_string(bucket.peer) + " failed: " + text;
+      // The target waits for this write's data (or its notification): a flush may never
+      // come (small writes need none), so the next poll() fails too.
+      defer_delivery_error_locked(
+          Error(lost ? Errc::peer_failed : Errc::transport, "ofi: " + message, bucket.peer));
       return;
     }
     case Op::Kind::atomic: {
@@ -131,7 +138,12 @@ size_t OfiTransport::progress_locked() {
       }
       if (incoming && (e.flags & FI_RECV)) {
         auto& slot = *static_cast<RecvSlot*>(static_cast<Op*>(e.op_context));
-        notifications_.push_back(*slot.value);
+        // A shorter message would hand out what the slot held before: the previous value.
+        if (e.len == sizeof(uint64_t))
+          notifications_.push_back(*slot.value);
+        else
+          defer_delivery_error_locked(Error(Errc::protocol, "ofi: a notification of " + std::to_string(e.len) +
+                                                                " bytes arrived (notifications are 8 bytes)"));
         repost_receive_locked(slot);
         continue;
       }
@@ -141,6 +153,7 @@ size_t OfiTransport::progress_locked() {
       if (op->kind == Op::Kind::write) {
         auto& bucket = *static_cast<WriteBucket*>(op);
         if (bucket.outstanding > 0) --bucket.outstanding;
+        bucket.moved = Clock::now();
       } else if (op->kind == Op::Kind::atomic) {
         auto& slot = *static_cast<AtomicSlot*>(op);
         slot.state = slot.state == AtomicSlot::State::abandoned ? AtomicSlot::State::free
@@ -168,9 +181,34 @@ void OfiTransport::progress() {
   progress_locked();
 }
 
+void OfiTransport::defer_delivery_error_locked(Error error) {
+  if (!delivery_error_) delivery_error_.emplace(std::move(error));
+}
+
+void OfiTransport::check_stalled_writes_locked() {
+  const auto now = Clock::now();
+  if (now < next_stall_check_ || delivery_error_) return;
+  next_stall_check_ = now + std::chrono::milliseconds(10);
+  for (const WriteBucket& bucket : buckets_) {
+    if (bucket.outstanding == 0 || now - bucket.moved <= options_.timeout) continue;
+    defer_delivery_error_locked(Error(
+        Errc::timeout,
+        "ofi: " + std::to_string(bucket.outstanding) + " write(s) to rank " + std::to_string(bucket.peer) +
+            " have not completed for " + std::to_string(options_.timeout.count()) +
+            " ms: the target dropped them (a bad key?) or its provider stopped progressing",
+        bucket.peer));
+    return;
+  }
+}
+
 size_t OfiTransport::poll(std::span<uint64_t> out) {
   std::lock_guard lock(mutex_);
   progress_locked();
+  check_stalled_writes_locked();
+  if (delivery_error_ && !delivery_error_thrown_) {
+    delivery_error_thrown_ = true;
+    throw *delivery_error_;
+  }
   size_t count = 0;
   while (count < out.size() && !notifications_.empty()) {
     out[count++] = notifications_.front();

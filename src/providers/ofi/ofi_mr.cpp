@@ -10,7 +10,7 @@ namespace pcoll::transport::ofi {
 
 OfiLocalRegion::OfiLocalRegion(OfiTransport& transport, std::span<std::byte> memory,
                                std::unique_ptr<std::byte, FreeDeleter> owned)
-    : owned_(std::move(owned)), memory_(memory) {
+    : provider_lock_(transport.mutex_), owned_(std::move(owned)), memory_(memory) {
   const uint64_t mr_mode = transport.mr_mode();
   // libfabric rejects empty registrations; a zero-length region registers a private word
   // so that its key stays valid (bounds checks refuse every access but 0-byte ones).
@@ -66,8 +66,15 @@ OfiLocalRegion::OfiLocalRegion(OfiTransport& transport, std::span<std::byte> mem
   if (!raw_key.empty()) std::memcpy(key_blob_.data() + sizeof header, raw_key.data(), raw_key.size());
 }
 
+OfiLocalRegion::~OfiLocalRegion() {
+  std::lock_guard lock(provider_lock_);
+  mr_.reset();
+}
+
 OfiRemoteRegion::~OfiRemoteRegion() {
-  if (raw_mapped_) fi_mr_unmap_key(domain_, key_);
+  if (!raw_mapped_) return;
+  std::lock_guard lock(provider_lock_);
+  fi_mr_unmap_key(domain_, key_);
 }
 
 std::unique_ptr<LocalRegion> OfiTransport::allocate(size_t bytes) {
@@ -101,7 +108,7 @@ std::unique_ptr<RemoteRegion> OfiTransport::import_region(int peer, std::span<co
       fail_fi("fi_mr_map_raw(rank " + std::to_string(peer) + ")", rc);
     mapped = true;
   }
-  return std::make_unique<OfiRemoteRegion>(domain_.get(), peer, base, envelope.bytes, mr_key, mapped);
+  return std::make_unique<OfiRemoteRegion>(domain_.get(), mutex_, peer, base, envelope.bytes, mr_key, mapped);
 }
 
 }  // namespace pcoll::transport::ofi

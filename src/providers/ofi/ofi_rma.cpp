@@ -137,7 +137,7 @@ void OfiTransport::post_write_chunk(const OfiLocalRegion& src, size_t src_offset
   const ssize_t rc = post_with_retry([&] { return fi_writemsg(ep_.get(), &msg, flags); }, lock,
                                      Clock::now() + options_.timeout);
   if (rc != 0) fail_post(with_value ? "write_notify" : "write", peer, rc, options_.timeout);
-  ++bucket.outstanding;
+  if (bucket.outstanding++ == 0) bucket.moved = Clock::now();
 }
 
 void OfiTransport::notify(int peer, uint64_t value) {

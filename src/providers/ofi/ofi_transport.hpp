@@ -95,6 +95,10 @@ struct WriteBucket : Op {
   WriteBucket() : Op(Kind::write) {}
   int peer = -1;
   uint64_t outstanding = 0;
+  // When the bucket last moved: its first post after being drained, or a completion.
+  // Outstanding writes that do not move for the timeout are a delivery error (a target
+  // that dropped them: libfabric 1.17's shm never completes a write with a wrong key).
+  std::chrono::steady_clock::time_point moved;
   std::string error;  // first CQ error of this epoch, reported by flush()
 };
 
@@ -135,6 +139,9 @@ class OfiLocalRegion final : public LocalRegion {
  public:
   OfiLocalRegion(OfiTransport& transport, std::span<std::byte> memory,
                  std::unique_ptr<std::byte, FreeDeleter> owned);
+  // Deregisters under the provider lock: the domain is FI_THREAD_DOMAIN, and the progress
+  // thread may be reading the CQ.
+  ~OfiLocalRegion() override;
   std::span<std::byte> bytes() const override { return memory_; }
   Bytes remote_key() const override { return key_blob_; }
 
@@ -143,6 +150,7 @@ class OfiLocalRegion final : public LocalRegion {
   std::byte* base() const { return reg_base_; }
 
  private:
+  std::mutex& provider_lock_;                      // the transport's mutex_
   std::unique_ptr<std::byte, FreeDeleter> owned_;  // before mr_: freed after deregistration
   std::span<std::byte> memory_;
   std::byte* reg_base_ = nullptr;
@@ -153,10 +161,11 @@ class OfiLocalRegion final : public LocalRegion {
 
 class OfiRemoteRegion final : public RemoteRegion {
  public:
-  OfiRemoteRegion(fid_domain* domain, int peer, uint64_t address, uint64_t bytes, uint64_t key,
-                  bool raw_mapped)
-      : domain_(domain), peer_(peer), address_(address), bytes_(bytes), key_(key),
-        raw_mapped_(raw_mapped) {}
+  OfiRemoteRegion(fid_domain* domain, std::mutex& provider_lock, int peer, uint64_t address,
+                  uint64_t bytes, uint64_t key, bool raw_mapped)
+      : domain_(domain), provider_lock_(provider_lock), peer_(peer), address_(address), bytes_(bytes),
+        key_(key), raw_mapped_(raw_mapped) {}
+  // Unmaps a raw key under the provider lock (FI_THREAD_DOMAIN).
   ~OfiRemoteRegion() override;
   int peer() const override { return peer_; }
   size_t size() const override { return bytes_; }
@@ -167,6 +176,7 @@ class OfiRemoteRegion final : public RemoteRegion {
 
  private:
   fid_domain* domain_;
+  std::mutex& provider_lock_;
   int peer_;
   uint64_t address_;  // remote virtual base, or 0 with offset addressing
   uint64_t bytes_;
@@ -250,6 +260,10 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   // ofi_cq.cpp; *_locked expect mutex_ held.
   void open_wait_loop();
   size_t progress_locked();
+  // Keeps the first delivery error for poll() (transport.hpp).
+  void defer_delivery_error_locked(Error error);
+  // Writes outstanding to a peer that have not moved for the timeout: a delivery error.
+  void check_stalled_writes_locked();
   void handle_error_locked();
   void repost_receive_locked(RecvSlot& slot);
   // Waits (progressing) until `done()` holds, used by blocking operations. Returns false at
@@ -301,6 +315,10 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   std::vector<RecvSlot> recv_slots_;
   std::vector<RecvSlot*> pending_reposts_;
   std::deque<uint64_t> notifications_;
+  // The first delivery error progress found, for the next poll() to throw (transport.hpp).
+  std::optional<Error> delivery_error_;
+  bool delivery_error_thrown_ = false;
+  Clock::time_point next_stall_check_{};
   uint64_t next_key_ = 1;
   uint64_t event_seq_ = 0;             // bumped when progress read CQ entries
   std::optional<WaitLoop> wait_loop_;  // sleeps on the CQ fd where there is one (ofi_cq.cpp)

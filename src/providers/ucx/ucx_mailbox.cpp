@@ -171,8 +171,10 @@ size_t Mailbox::drain() {
         const uintptr_t address = where & kAddressMask;
         const size_t count = static_cast<size_t>(where >> kLengthShift);
         if (count > kInlineBytes || !core_.contains_local_range(address, count)) {
-          log::error("ucx: dropped a mailbox write_notify from rank " + std::to_string(sender) + " of " +
-                     std::to_string(count) + " bytes aimed outside every registered region");
+          core_.defer_delivery_error(Error(Errc::protocol, "ucx: a mailbox write_notify from rank " +
+                                                               std::to_string(sender) + " of " + std::to_string(count) +
+                                                               " bytes arrived aimed outside every registered region",
+                                           sender));
           continue;
         }
         std::memcpy(reinterpret_cast<void*>(address), slot + kInline, count);

@@ -108,9 +108,22 @@ void UcxTransport::progress() {
   core_->progress_locked();
 }
 
+void UcxCore::defer_delivery_error(Error error) {
+  if (!delivery_error_) delivery_error_.emplace(std::move(error));
+  ++activity_seq_;
+  wait_loop->wake_all_waiters();
+}
+
+void UcxCore::throw_delivery_error_once() {
+  if (!delivery_error_ || delivery_error_thrown_) return;
+  delivery_error_thrown_ = true;
+  throw *delivery_error_;
+}
+
 size_t UcxTransport::poll(std::span<uint64_t> out) {
   std::unique_lock lock(core_->mutex);
   core_->progress_locked();
+  core_->throw_delivery_error_once();
   return core_->pop_notifications(out);
 }
 

@@ -95,8 +95,12 @@ void on_flush_then_notify(void* request, ucs_status_t status, void* user_data) {
     return;
   }
   --p.sends_in_flight;
-  if (status != UCS_OK && status != UCS_ERR_CANCELED)
+  if (status != UCS_OK && status != UCS_ERR_CANCELED) {
     core->record_failure(p, status, "a write_notify failed");
+    // Its target waits for the value: fail here too, not only at the next send to it.
+    core->defer_delivery_error(Error(Errc::peer_failed, "ucx: a write_notify to rank " + std::to_string(p.rank) +
+                                                            " failed: " + ucs_status_string(status), p.rank));
+  }
   core->release_send_op(op);
 }
 
@@ -115,7 +119,11 @@ void UcxCore::send_deferred_notifies() {
       status = UCS_PTR_STATUS(next);
     }
     --p.sends_in_flight;
-    if (status != UCS_OK && status != UCS_ERR_CANCELED) record_failure(p, status, "a write_notify failed");
+    if (status != UCS_OK && status != UCS_ERR_CANCELED) {
+      record_failure(p, status, "a write_notify failed");
+      defer_delivery_error(Error(Errc::peer_failed, "ucx: a write_notify to rank " + std::to_string(p.rank) +
+                                                        " failed: " + ucs_status_string(status), p.rank));
+    }
     release_send_op(op);
   }
 }

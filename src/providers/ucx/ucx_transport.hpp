@@ -218,6 +218,11 @@ class UcxCore : private WaitLoop::Hooks {
   size_t pop_notifications(std::span<uint64_t> out);
   bool has_notifications() const { return !notifications_.empty(); }
   uint64_t activity_seq() const { return activity_seq_; }
+  // A delivery error (a peer's notification dropped here as malformed or aimed outside
+  // every region, a write_notify of ours that failed): kept, first one only, for the next
+  // poll() to throw once (transport.hpp). Lock held.
+  void defer_delivery_error(Error error);
+  void throw_delivery_error_once();
 
   // Notifications whose put was flushed inside ucp_worker_progress(): their active message
   // goes out once progress has returned, since UCP callbacks must not start communication
@@ -268,6 +273,8 @@ class UcxCore : private WaitLoop::Hooks {
   std::vector<SendOp*> free_send_ops_;
   std::vector<SendOp*> deferred_notifies_;
   std::deque<uint64_t> notifications_;
+  std::optional<Error> delivery_error_;
+  bool delivery_error_thrown_ = false;
   std::map<uintptr_t, size_t> local_ranges_;
   mutable std::pair<uintptr_t, size_t> last_range_{0, 0};  // last range a lookup matched
   uint64_t activity_seq_ = 0;  // bumped by progress that handled events, and peer failures

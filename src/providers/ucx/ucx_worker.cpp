@@ -14,8 +14,9 @@ ucs_status_t on_notify(void* arg, const void* header, size_t header_bytes, void*
                        size_t data_bytes, const ucp_am_recv_param_t*) {
   auto* core = static_cast<UcxCore*>(arg);
   if (header_bytes != sizeof(uint64_t) || data_bytes != 0) {
-    log::error("ucx: dropped a malformed notification (" + std::to_string(header_bytes) +
-               " header bytes, " + std::to_string(data_bytes) + " data bytes)");
+    core->defer_delivery_error(Error(Errc::protocol, "ucx: a malformed notification arrived (" +
+                                                         std::to_string(header_bytes) + " header bytes, " +
+                                                         std::to_string(data_bytes) + " data bytes)"));
     return UCS_OK;
   }
   uint64_t value = 0;
@@ -54,8 +55,8 @@ void on_rendezvous_received(void* request, ucs_status_t status, size_t, void* us
   if (status == UCS_OK)
     op->core->enqueue_notification(op->value);
   else
-    log::error(std::string("ucx: receiving write_notify data failed: ") +
-               ucs_status_string(status));
+    op->core->defer_delivery_error(
+        Error(Errc::transport, std::string("ucx: receiving write_notify data failed: ") + ucs_status_string(status)));
   ucp_request_free(request);
 }
 
@@ -67,16 +68,16 @@ ucs_status_t on_write_notify(void* arg, const void* header, size_t header_bytes,
   const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   std::array<uint64_t, 2> fields{};
   if (header_bytes != sizeof fields) {
-    log::error("ucx: dropped a malformed write_notify (" + std::to_string(header_bytes) +
-               " header bytes)");
+    core->defer_delivery_error(Error(Errc::protocol, "ucx: a malformed write_notify arrived (" +
+                                                         std::to_string(header_bytes) + " header bytes)"));
     return rendezvous ? UCS_ERR_INVALID_PARAM : UCS_OK;
   }
   std::memcpy(fields.data(), header, sizeof fields);
   const uintptr_t address = static_cast<uintptr_t>(fields[0]);
   const uint64_t value = fields[1];
   if (!core->contains_local_range(address, data_bytes)) {
-    log::error("ucx: dropped a write_notify of " + std::to_string(data_bytes) +
-               " bytes aimed outside every registered region");
+    core->defer_delivery_error(Error(Errc::protocol, "ucx: a write_notify of " + std::to_string(data_bytes) +
+                                                         " bytes arrived aimed outside every registered region"));
     return rendezvous ? UCS_ERR_INVALID_PARAM : UCS_OK;
   }
   if (!rendezvous) {
@@ -96,8 +97,8 @@ ucs_status_t on_write_notify(void* arg, const void* header, size_t header_bytes,
   if (request == nullptr) {
     core->enqueue_notification(value);
   } else if (UCS_PTR_IS_ERR(request)) {
-    log::error(std::string("ucx: receiving write_notify data failed: ") +
-               ucs_status_string(UCS_PTR_STATUS(request)));
+    core->defer_delivery_error(Error(Errc::transport, std::string("ucx: receiving write_notify data failed: ") +
+                                                          ucs_status_string(UCS_PTR_STATUS(request))));
   } else {
     op.release();  // owned by on_rendezvous_received
   }

@@ -1,0 +1,486 @@
+// One cell of the fault matrix (docs/reliability.md): P ranks started by hand with the
+// manual store bootstrap (pcollrun would stop the whole job when one rank fails), the last
+// rank (the victim) suffers a fault at one phase of the API, and every survivor must get an
+// error naming the culprit within timeout + 2 s, then get it again on its next call, and
+// clean up without hanging or crashing.
+//
+//   fault_matrix --fault F --phase PH --survivors S [--provider SEL] [--ranks P] [--timeout-ms T]
+//     F   kill | stop | silent | reset | access | eagain
+//         kill, stop: SIGKILL / SIGSTOP of the victim's process (at init: from inside
+//         pcoll_init, by the fault-injection transport at connect); the others through the
+//         fault-injection transport (PCOLL_PROVIDER=fault+SEL): an engine that stops
+//         answering, a connection reset, a remote access error, an EAGAIN burst longer
+//         than the transport's timeout. Armed by SIGUSR1, which the victim raises at the
+//         start of the phase.
+//     PH  init | create | sync | solo | majority | flush | destroy
+//     S   run      survivors make the phase's blocking call
+//         test     survivors drive the round with start + test polling (rounds only)
+//         compute  survivors other than rank 0 compute for 2 x timeout before the call
+//     SEL ofi:shm | ofi:tcp | ucx:shm | ucx:tcp | default (PCOLL_PROVIDER unset)
+// Prints one line (PASS / FAIL / N/A, the cell, the worst survivor's time or what went
+// wrong) and exits 0, 1, or 77 for a cell that does not apply (meson's skip).
+//
+// The culprit: for kill, stop and silent, the victim. An injected provider error is about
+// the peer the victim was talking to (X, named in the victim's own error, as a real
+// provider names the peer of a failed connection): every rank but X must name X, and X,
+// which nobody tells, must still fail within the bound. Except at init, where the victim's
+// failed connect makes it leave the job: there every other rank must name the victim.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pcoll/pcoll.h"
+#include "subprocess.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct Cell {
+  std::string fault, phase, survivors, provider = "ofi:shm";
+  int ranks = 4;
+  int timeout_ms = 2000;
+
+  std::string name() const { return fault + " " + phase + " " + survivors + " " + provider; }
+  bool round_phase() const { return phase == "sync" || phase == "solo" || phase == "majority"; }
+  bool signal_fault() const { return fault == "kill" || fault == "stop"; }
+};
+
+const std::vector<std::string> kFaults = {"kill", "stop", "silent", "reset", "access", "eagain"};
+const std::vector<std::string> kPhases = {"init", "create", "sync", "solo", "majority", "flush", "destroy"};
+const std::vector<std::string> kSurvivors = {"run", "test", "compute"};
+
+bool one_of(const std::string& value, const std::vector<std::string>& choices) {
+  for (const auto& c : choices)
+    if (value == c) return true;
+  return false;
+}
+
+// The steady clock is the system's monotonic clock, the same in every process: the victim
+// says when it faulted, each survivor when it started waiting and when its error came.
+long long steady_ms(Clock::time_point t = Clock::now()) {
+  return std::chrono::duration_cast<milliseconds>(t.time_since_epoch()).count();
+}
+
+double ms_since(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+// The first rank a message names ("rank N", "rank(s) N", "ranks N, M"), or -1.
+int named_rank(const std::string& message) {
+  static const std::regex pattern("\\brank(?:s|\\(s\\))? (\\d+)");
+  std::smatch m;
+  if (!std::regex_search(message, m, pattern)) return -1;
+  return std::stoi(m[1]);
+}
+
+// --- A rank ------------------------------------------------------------------------------
+
+class Rank {
+ public:
+  explicit Rank(const Cell& cell) : cell_(cell) {
+    rank_ = std::atoi(std::getenv("PCOLL_RANK"));
+    victim_ = cell.ranks - 1;
+  }
+
+  int run() {
+    const bool init_phase = cell_.phase == "init";
+    since_ = Clock::now();
+    if (const int rc = pcoll_init(&comm_); rc != PCOLL_SUCCESS) return failed("pcoll_init", rc);
+    if (init_phase) enter();
+    const pcoll_mode_t mode = cell_.phase == "sync"       ? PCOLL_MODE_SYNC
+                              : cell_.phase == "majority" ? PCOLL_MODE_MAJORITY
+                                                          : PCOLL_MODE_SOLO;
+    pcoll_allreduce_opts_t opts;
+    pcoll_allreduce_opts_init(&opts);
+    opts.timeout_ms = static_cast<uint32_t>(cell_.timeout_ms);
+    if (cell_.phase == "create") enter();
+    if (const int rc = pcoll_allreduce_create(comm_, kCount, PCOLL_FLOAT32, PCOLL_OP_SUM, mode, &opts, &handle_);
+        rc != PCOLL_SUCCESS)
+      return failed("pcoll_allreduce_create", rc);
+    // Warm-up: every rank well inside the job before the fault.
+    for (int t = 0; t < 3 && !init_phase && cell_.phase != "create"; ++t)
+      if (const int rc = round(); rc != PCOLL_SUCCESS) return failed(round_call(), rc);
+    if (cell_.round_phase()) enter();
+    if (cell_.phase == "flush") {
+      enter();
+      if (const int rc = pcoll_allreduce_flush(handle_, recv_.data(), nullptr); rc != PCOLL_SUCCESS)
+        return failed("pcoll_allreduce_flush", rc);
+    }
+    if (cell_.phase == "destroy") {
+      enter();
+      pcoll_allreduce_t* h = handle_;
+      handle_ = nullptr;  // freed whatever destroy returns
+      if (const int rc = pcoll_allreduce_destroy(h); rc != PCOLL_SUCCESS) return failed("pcoll_allreduce_destroy", rc);
+      for (;;)
+        if (const int rc = pcoll_barrier(comm_); rc != PCOLL_SUCCESS) return failed("pcoll_barrier", rc);
+    }
+    // Rounds until the failure reaches this rank (a cap, in case it never does).
+    const auto give_up = Clock::now() + milliseconds(6 * cell_.timeout_ms + 10000);
+    while (Clock::now() < give_up) {
+      if (const int rc = round(); rc != PCOLL_SUCCESS) return failed(round_call(), rc);
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    std::printf("RESULT rank=%d call=none rc=0 named=-1 ms=%.0f since=%lld at=%lld later=0 msg=no error\n", rank_,
+                ms_since(since_), steady_ms(since_), steady_ms());
+    std::fflush(stdout);
+    cleanup();
+    return 0;
+  }
+
+ private:
+  static constexpr size_t kCount = 4096;
+
+  // The start of the phase under test: the victim faults, the busy survivors compute.
+  void enter() {
+    if (rank_ == victim_ && cell_.phase == "init") {
+      // The fault happened inside pcoll_init, at connect (PCOLL_FAULT on=connect).
+    } else if (rank_ == victim_) {
+      std::printf("FAULT t=%lld ms\n", steady_ms());
+      std::fflush(stdout);
+      if (cell_.fault == "kill") ::raise(SIGKILL);
+      else if (cell_.fault == "stop") ::raise(SIGSTOP);
+      else ::raise(SIGUSR1);  // arms the fault-injection transport's rule
+      // Come to the call last: the others already wait in it, and the victim's engine has
+      // heard from them before its own first operation fails (errors found after the
+      // waiting is over take another path than errors found while waiting).
+      std::this_thread::sleep_for(milliseconds(100));
+    } else if (cell_.survivors == "compute" && rank_ != 0) {
+      std::this_thread::sleep_for(milliseconds(2 * cell_.timeout_ms));
+    }
+    since_ = Clock::now();
+  }
+
+  bool polling() const { return cell_.survivors == "test" && cell_.round_phase(); }
+  const char* round_call() const { return polling() ? "pcoll_allreduce_test" : "pcoll_allreduce_run"; }
+
+  // One round, driven as the cell says; the status of the call that failed, if any.
+  int round() {
+    if (polling()) {
+      if (const int rc = pcoll_allreduce_start(handle_, send_.data(), recv_.data()); rc != PCOLL_SUCCESS) return rc;
+      for (int done = 0; !done;)
+        if (const int rc = pcoll_allreduce_test(handle_, &done, nullptr); rc != PCOLL_SUCCESS) return rc;
+      return PCOLL_SUCCESS;
+    }
+    return pcoll_allreduce_run(handle_, send_.data(), recv_.data(), nullptr);
+  }
+
+  // Reports the first error, checks that the next call fails too, cleans up.
+  int failed(const char* call, int rc) {
+    const double ms = ms_since(since_);
+    const long long at = steady_ms();
+    std::string message = pcoll_last_error();
+    for (auto& c : message)
+      if (c == '\n') c = ' ';
+    int later = -1;  // no communicator to ask
+    if (comm_ != nullptr) {
+      const auto asked = Clock::now();
+      later = pcoll_barrier(comm_);
+      if (later != PCOLL_SUCCESS && ms_since(asked) > 1000) later = -2;  // an error, but not at once
+    }
+    std::printf("RESULT rank=%d call=%s rc=%d named=%d ms=%.0f since=%lld at=%lld later=%d msg=%s\n", rank_, call,
+                rc, named_rank(message), ms, steady_ms(since_), at, later, message.c_str());
+    std::fflush(stdout);
+    cleanup();
+    return 0;
+  }
+
+  void cleanup() {
+    const auto started = Clock::now();
+    if (handle_ != nullptr) pcoll_allreduce_destroy(handle_);
+    handle_ = nullptr;
+    if (comm_ != nullptr) pcoll_finalize(comm_);
+    comm_ = nullptr;
+    std::printf("CLEANUP rank=%d ms=%.0f\n", rank_, ms_since(started));
+    std::fflush(stdout);
+  }
+
+  const Cell& cell_;
+  int rank_ = 0;
+  int victim_ = 0;
+  pcoll_comm_t* comm_ = nullptr;
+  pcoll_allreduce_t* handle_ = nullptr;
+  std::vector<float> send_ = std::vector<float>(kCount, 1.0f);
+  std::vector<float> recv_ = std::vector<float>(kCount);
+  Clock::time_point since_;
+};
+
+// --- The cell: launch, collect, judge ----------------------------------------------------
+
+std::optional<std::string> not_applicable(const Cell& cell) {
+  if (cell.survivors == "test" && !cell.round_phase())
+    return "the API has no polling form of " + cell.phase + " (test covers the rounds)";
+  if (cell.phase == "init" && (cell.fault == "access" || cell.fault == "eagain"))
+    return "no transport operation happens during init (the first is create's agreement: see the create cell)";
+#if defined(__SANITIZE_ADDRESS__)
+  if (cell.provider.rfind("ucx", 0) == 0 || cell.provider == "default")
+    return "UCX is kept out of AddressSanitizer runs (its memory hooks and ASan do not mix)";
+#endif
+  return std::nullopt;
+}
+
+// PCOLL_FAULT for the victim, or "" when the fault needs no fault-injection transport.
+std::string fault_spec(const Cell& cell) {
+  const std::string victim = std::to_string(cell.ranks - 1);
+  if (cell.phase == "init") return cell.fault + ",rank=" + victim + ",on=connect";
+  if (cell.signal_fault()) return "";
+  std::string spec = cell.fault + ",rank=" + victim + ",on=sigusr1";
+  if (cell.fault == "eagain") spec += ",ms=" + std::to_string(10 * cell.timeout_ms);
+  return spec;
+}
+
+struct Report {
+  std::optional<int> exit;  // nullopt: still running at the deadline (a hang)
+  bool has_result = false;
+  std::string call, msg;
+  int rc = 0, named = -1, later = 0;
+  double ms = 0;
+  long long since = 0, at = 0;  // steady ms: started waiting, got the error
+  std::optional<long long> fault_at;  // the victim's: when it faulted
+  bool cleaned = false;
+  double cleanup_ms = 0;
+  std::string err_tail;
+};
+
+// Where a hung rank's stacks go (--stacks DIR): gdb's backtrace of every thread.
+std::string g_stacks_dir;
+
+void dump_stacks(const test::Process& process, const std::string& label, int rank) {
+  if (g_stacks_dir.empty()) return;
+  std::string file = g_stacks_dir + "/" + label + " rank" + std::to_string(rank) + ".txt";
+  for (auto& c : file)
+    if (c == ' ' || c == ':') c = '_';
+  const std::string command = "gdb -p " + std::to_string(process.pid()) +
+                              " -batch -ex 'thread apply all bt' > '" + file + "' 2>&1";
+  if (std::system(command.c_str()) == 0) std::printf("        stacks of rank %d: %s\n", rank, file.c_str());
+}
+
+// libfabric's shm names a rank's shared memory after its pid (/dev/shm/<pid>:...) and a
+// killed rank cannot remove it: a later process that gets the same pid then fails in
+// fi_enable (EBUSY). Remove what the killed ranks of a cell left.
+void remove_shm_of(pid_t pid) {
+  const std::string prefix = std::to_string(pid) + ":";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(entry.path(), error);
+}
+
+Report parse(test::Process& process, std::optional<int> exit) {
+  Report r;
+  r.exit = exit;
+  std::istringstream out(process.out());
+  for (std::string line; std::getline(out, line);) {
+    if (line.rfind("RESULT ", 0) == 0) {
+      r.has_result = true;
+      std::smatch m;
+      if (std::regex_search(line, m, std::regex("call=(\\S+) rc=(-?\\d+) named=(-?\\d+) ms=(\\d+) since=(\\d+) "
+                                                "at=(\\d+) later=(-?\\d+) msg=(.*)"))) {
+        r.call = m[1];
+        r.rc = std::stoi(m[2]);
+        r.named = std::stoi(m[3]);
+        r.ms = std::stod(m[4]);
+        r.since = std::stoll(m[5]);
+        r.at = std::stoll(m[6]);
+        r.later = std::stoi(m[7]);
+        r.msg = m[8];
+      }
+    } else if (line.rfind("FAULT t=", 0) == 0) {
+      r.fault_at = std::stoll(line.substr(8));
+    } else if (line.rfind("CLEANUP ", 0) == 0) {
+      r.cleaned = true;
+      std::smatch m;
+      if (std::regex_search(line, m, std::regex("ms=(\\d+)"))) r.cleanup_ms = std::stod(m[1]);
+    }
+  }
+  const std::string err = process.err();
+  // A fault the transport injected by itself (at connect) says when in its log line.
+  std::smatch when;
+  if (!r.fault_at && std::regex_search(err, when, std::regex("injected by PCOLL_FAULT[^\\n]*t=(\\d+) ms")))
+    r.fault_at = std::stoll(when[1]);
+  // What a reader needs: the messages, not the backtraces UCX prints after a signal.
+  std::string messages;
+  std::istringstream lines(err);
+  static const std::regex frame("^\\s*(\\d+\\s+)?/|^=+|^\\s*$");
+  for (std::string line; std::getline(lines, line);)
+    if (!std::regex_search(line, frame)) messages += line + "\n";
+  r.err_tail = messages.size() > 1500 ? messages.substr(messages.size() - 1500) : messages;
+  return r;
+}
+
+int run_cell(const Cell& cell, const std::string& self, bool verbose) {
+  const std::string label = cell.name();
+  if (const auto reason = not_applicable(cell)) {
+    std::printf("N/A   %-40s %s\n", label.c_str(), reason->c_str());
+    return 77;
+  }
+  const std::string spec = fault_spec(cell);
+  std::string provider = cell.provider == "default" ? "" : cell.provider;
+  if (!spec.empty()) provider = "fault+" + provider;
+  const std::string root = "127.0.0.1:" + std::to_string(test::free_port());
+  std::vector<std::unique_ptr<test::Process>> ranks;
+  for (int r = 0; r < cell.ranks; ++r) {
+    test::Env env = {{"PCOLL_RANK", std::to_string(r)},
+                     {"PCOLL_SIZE", std::to_string(cell.ranks)},
+                     {"PCOLL_ROOT", root},
+                     {"PCOLL_JOB_KEY", "fault-matrix-key"},
+                     {"PCOLL_BOOTSTRAP", "store"},
+                     {"PCOLL_TIMEOUT_MS", std::to_string(cell.timeout_ms)},
+                     {"FI_TCP_IFACE", "lo"},
+                     {"UCX_NET_DEVICES", "lo"}};
+    if (!provider.empty()) env["PCOLL_PROVIDER"] = provider;
+    if (!spec.empty()) env["PCOLL_FAULT"] = spec;
+    ranks.push_back(std::make_unique<test::Process>(
+        std::vector<std::string>{self, "--child", cell.fault, cell.phase, cell.survivors, cell.provider,
+                                 std::to_string(cell.ranks), std::to_string(cell.timeout_ms)},
+        env));
+  }
+  const int victim = cell.ranks - 1;
+  // Every survivor must be done (error reported, cleaned up, exited) by then: setup, the
+  // warm-up, the computing survivors' 2 x timeout, the bound, and cleanup.
+  const auto deadline = Clock::now() + milliseconds(5 * cell.timeout_ms + 20000);
+  std::vector<Report> reports(static_cast<size_t>(cell.ranks));
+  for (int r = 0; r < cell.ranks; ++r) {
+    if (r == victim && cell.signal_fault()) continue;
+    const auto left = std::max<Clock::duration>(Clock::duration::zero(), deadline - Clock::now());
+    const auto exit = ranks[static_cast<size_t>(r)]->wait_for(std::chrono::duration_cast<milliseconds>(left));
+    if (!exit) dump_stacks(*ranks[static_cast<size_t>(r)], label, r);
+    reports[static_cast<size_t>(r)] = parse(*ranks[static_cast<size_t>(r)], exit);
+  }
+  {
+    // The victim: killed, still stopped, or (engine faults) exited on its own.
+    auto& process = *ranks[static_cast<size_t>(victim)];
+    const auto exit = process.wait_for(cell.fault == "stop" ? milliseconds(0) : milliseconds(2000));
+    reports[static_cast<size_t>(victim)] = parse(process, exit);
+  }
+
+  std::vector<std::string> problems;
+  const auto limit = static_cast<double>(cell.timeout_ms + 2000);
+  const Report& v = reports[static_cast<size_t>(victim)];
+  if (cell.fault == "kill" && v.exit != 128 + SIGKILL)
+    problems.push_back("victim was not killed (exit " + (v.exit ? std::to_string(*v.exit) : "none") + ")");
+  if (cell.fault == "stop" && v.exit)
+    problems.push_back("stopped victim exited (" + std::to_string(*v.exit) + ")");
+  int culprit = victim;
+  if (!cell.signal_fault() && cell.fault != "silent" && cell.phase == "init") {
+    // A connection reset at connect fails the victim's pcoll_init: it leaves the job, and
+    // the others' setup fails naming it.
+    if (!v.exit || *v.exit != 0) problems.push_back("victim hung or crashed (exit " + (v.exit ? std::to_string(*v.exit) : "none: hang") + ")");
+    if (v.call != "pcoll_init") problems.push_back("victim's pcoll_init did not fail: '" + v.msg + "'");
+  } else if (!cell.signal_fault() && cell.fault != "silent") {
+    // An injected provider error names the peer of the failed operation.
+    if (!v.exit || *v.exit != 0) problems.push_back("victim hung or crashed (exit " + (v.exit ? std::to_string(*v.exit) : "none: hang") + ")");
+    if (!v.has_result || v.named < 0 || v.named == victim)
+      problems.push_back("victim's error does not name the peer of the failed operation: '" + v.msg + "'");
+    else
+      culprit = v.named;
+  } else if (cell.fault == "silent" && (!v.exit || *v.exit != 0)) {
+    problems.push_back("silent victim hung or crashed (exit " + (v.exit ? std::to_string(*v.exit) : "none: hang") + ")");
+  }
+  double worst = 0;
+  for (int r = 0; r < cell.ranks; ++r) {
+    if (r == victim) continue;
+    const Report& s = reports[static_cast<size_t>(r)];
+    const std::string who = "rank " + std::to_string(r) + ": ";
+    if (!s.has_result) {
+      problems.push_back(who + (s.exit ? "exited " + std::to_string(*s.exit) + " without an error"
+                                       : "no error before the deadline (hang)"));
+      continue;
+    }
+    // Waiting time: from the fault, or from the moment this survivor came to wait (a
+    // survivor that computed until after the fault must hear of it at once then).
+    const double waited = v.fault_at ? static_cast<double>(s.at - std::max(s.since, *v.fault_at)) : s.ms;
+    worst = std::max(worst, waited);
+    if (s.call == "none") problems.push_back(who + "never got an error");
+    else if (s.rc != PCOLL_ERR_PEER_FAILED && s.rc != PCOLL_ERR_TIMEOUT && s.rc != PCOLL_ERR_TRANSPORT &&
+             s.rc != PCOLL_ERR_BOOTSTRAP)
+      problems.push_back(who + s.call + " failed with " + pcoll_strerror(s.rc) + ", not a peer failure: '" + s.msg + "'");
+    if (s.named != culprit && !(r == culprit && s.named >= 0))
+      problems.push_back(who + s.call + " names " + (s.named < 0 ? "no rank" : "rank " + std::to_string(s.named)) +
+                         ", expected rank " + std::to_string(culprit) + ": '" + s.msg + "'");
+    if (waited > limit)
+      problems.push_back(who + s.call + " failed " + std::to_string(static_cast<int>(waited)) + " ms after the fault (limit " +
+                         std::to_string(static_cast<int>(limit)) + ")");
+    if (s.later == PCOLL_SUCCESS) problems.push_back(who + "the call after the error succeeded");
+    if (s.later == -2) problems.push_back(who + "the call after the error took more than 1 s");
+    if (!s.exit) problems.push_back(who + "hung in cleanup (destroy / finalize) after its error");
+    else if (*s.exit != 0) problems.push_back(who + "crashed or failed in cleanup (exit " + std::to_string(*s.exit) + ")");
+  }
+  // Every rank is gone now (a stopped or hung one is killed); tidy after the killed ones.
+  std::vector<pid_t> killed;
+  for (int r = 0; r < cell.ranks; ++r)
+    if (const auto& rep = reports[static_cast<size_t>(r)]; !rep.exit || *rep.exit >= 128)
+      killed.push_back(ranks[static_cast<size_t>(r)]->pid());
+  ranks.clear();
+  for (const pid_t pid : killed) remove_shm_of(pid);
+
+  if (problems.empty()) {
+    std::printf("PASS  %-40s worst %5.0f ms (limit %.0f)\n", label.c_str(), worst, limit);
+    return 0;
+  }
+  std::printf("FAIL  %-40s %s\n", label.c_str(), problems.front().c_str());
+  for (size_t i = 1; i < problems.size(); ++i) std::printf("        %s\n", problems[i].c_str());
+  for (int r = 0; verbose && r < cell.ranks; ++r)
+    if (const auto& rep = reports[static_cast<size_t>(r)]; !rep.err_tail.empty())
+      std::printf("        --- rank %d stderr (end) ---\n%s\n", r, rep.err_tail.c_str());
+  return 1;
+}
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "fault_matrix: %s\n"
+               "usage: fault_matrix --fault kill|stop|silent|reset|access|eagain\n"
+               "                    --phase init|create|sync|solo|majority|flush|destroy\n"
+               "                    --survivors run|test|compute\n"
+               "                    [--provider ofi:shm|ofi:tcp|ucx:shm|ucx:tcp|default] [--ranks P]\n"
+               "                    [--timeout-ms T] [--verbose] [--stacks DIR]\n",
+               problem.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 8 && std::strcmp(argv[1], "--child") == 0) {
+    Cell cell{argv[2], argv[3], argv[4], argv[5], std::atoi(argv[6]), std::atoi(argv[7])};
+    return Rank(cell).run();
+  }
+  Cell cell;
+  bool verbose = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--fault") cell.fault = value();
+    else if (arg == "--phase") cell.phase = value();
+    else if (arg == "--survivors") cell.survivors = value();
+    else if (arg == "--provider") cell.provider = value();
+    else if (arg == "--ranks") cell.ranks = std::atoi(value().c_str());
+    else if (arg == "--timeout-ms") cell.timeout_ms = std::atoi(value().c_str());
+    else if (arg == "--verbose") verbose = true;
+    else if (arg == "--stacks") g_stacks_dir = value();
+    else usage("unknown argument '" + arg + "'");
+  }
+  if (!one_of(cell.fault, kFaults)) usage("--fault '" + cell.fault + "' is not one of the faults");
+  if (!one_of(cell.phase, kPhases)) usage("--phase '" + cell.phase + "' is not one of the phases");
+  if (!one_of(cell.survivors, kSurvivors)) usage("--survivors '" + cell.survivors + "' is not run, test or compute");
+  if (!one_of(cell.provider, {"ofi:shm", "ofi:tcp", "ucx:shm", "ucx:tcp", "default"}))
+    usage("--provider '" + cell.provider + "' is not one the matrix covers");
+  if (cell.ranks < 3 || cell.ranks > 16) usage("--ranks must be 3 to 16 (a victim and two survivors at least)");
+  if (cell.timeout_ms < 200 || cell.timeout_ms > 60000) usage("--timeout-ms must be 200 to 60000");
+  return run_cell(cell, argv[0], verbose);
+}
