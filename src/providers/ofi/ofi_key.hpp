@@ -4,7 +4,9 @@
 //
 // Key blob (little-endian, native): magic u32, owner rank i32, flags u32 (bit 0: remote
 // addresses are virtual addresses), raw key length u32, base address u64, length u64, key
-// u64, then the raw key bytes (FI_MR_RAW only).
+// u64, then the raw key bytes (FI_MR_RAW only). Under FI_MR_RAW the key field holds the base
+// address FI_GET_RAW_MR gave with the raw key, which the importer's fi_mr_map_raw needs
+// (the RMA addresses still follow FI_MR_VIRT_ADDR and the base address field).
 #pragma once
 
 #include <cstddef>
@@ -40,6 +42,8 @@ struct KeyEnvelope {
   uint64_t bytes = 0;
   uint64_t mr_key = 0;
   std::span<const std::byte> raw_key;  // inside the blob; empty unless FI_MR_RAW
+  // FI_MR_RAW: the registration's base address for fi_mr_map_raw (carried in the key field).
+  uint64_t raw_base() const { return mr_key; }
 };
 
 // Throws Error(Errc::protocol) naming `peer` and what is wrong: too short, not a pcoll key,

@@ -45,13 +45,16 @@ OfiLocalRegion::OfiLocalRegion(OfiTransport& transport, std::span<std::byte> mem
   if (mr_mode & FI_MR_RAW) {
     size_t raw_bytes = transport.mr_key_bytes();
     raw_key.resize(raw_bytes);
-    uint64_t base = 0;
+    uint64_t raw_base = 0;
     struct fi_mr_raw_attr attr{};
-    attr.base_addr = &base;
+    attr.base_addr = &raw_base;
     attr.raw_key = reinterpret_cast<uint8_t*>(raw_key.data());
     attr.key_size = &raw_bytes;
     if (int rc = fi_control(&mr->fid, FI_GET_RAW_MR, &attr); rc != 0) fail_fi("FI_GET_RAW_MR", rc);
     raw_key.resize(raw_bytes);
+    // The peer's fi_mr_map_raw needs this base address with the raw key; the 64-bit key
+    // field is free under FI_MR_RAW (the mapped key comes from fi_mr_map_raw), so it rides there.
+    key = raw_base;
   } else {
     key = fi_mr_key(mr);
     if (key == FI_KEY_NOTAVAIL) fail(Errc::transport, "fi_mr_key: no key for a registration");
@@ -104,7 +107,8 @@ std::unique_ptr<RemoteRegion> OfiTransport::import_region(int peer, std::span<co
   if (!envelope.raw_key.empty()) {
     std::lock_guard lock(mutex_);
     auto* raw = const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(envelope.raw_key.data()));
-    if (int rc = fi_mr_map_raw(domain_.get(), base, raw, envelope.raw_key.size(), &mr_key, 0); rc != 0)
+    if (int rc = fi_mr_map_raw(domain_.get(), envelope.raw_base(), raw, envelope.raw_key.size(), &mr_key, 0);
+        rc != 0)
       fail_fi("fi_mr_map_raw(rank " + std::to_string(peer) + ")", rc);
     mapped = true;
   }
