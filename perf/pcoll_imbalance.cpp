@@ -175,6 +175,19 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
+void write_schedule(const std::string& path, const std::vector<std::vector<double>>& schedule) {
+  FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) {
+    std::fprintf(stderr, "pcoll_imbalance: cannot write %s\n", path.c_str());
+    return;
+  }
+  std::fputs("step,rank,compute_ms\n", out);
+  for (size_t step = 0; step < schedule.size(); ++step)
+    for (size_t rank = 0; rank < schedule[step].size(); ++rank)
+      std::fprintf(out, "%zu,%zu,%.6f\n", step, rank, schedule[step][rank]);
+  std::fclose(out);
+}
+
 // user + system CPU seconds of this process, all threads (the progress engine included).
 double cpu_seconds() {
   rusage usage{};
@@ -283,6 +296,9 @@ int main(int argc, char** argv) {
       if (reporter) std::fprintf(stderr, "pcoll_imbalance: %s\n", e.what());
       return perf::kUsageExit;
     }
+    // Next to the traces, the compute times each rank was given (step = round of each
+    // mode's handle), in the trace:FILE format: what the report's lateness can be held to.
+    if (reporter && !options.trace_dir.empty()) write_schedule(options.trace_dir + "/pcoll_imbalance.schedule.csv", schedule);
     double lower_bound_s = 0;
     for (size_t r = 0; r < static_cast<size_t>(job.size()); ++r) {
       double sum_ms = 0;

@@ -154,7 +154,12 @@ def main():
         latest = max(valid, key=lambda r: r["post_after_initiator_mean_ms"])["rank"] if valid else -1
         offsets = {rank: meta["clock_offset_ns"] for rank, (meta, _) in sorted(ranks.items())}
         reports.append({"handle": handle, "mode": mode, "ranks": size, "rounds": len(rounds),
-                        "dropped_events": dropped, "clock_offset_ns": offsets, "latest": latest, "rows": rows})
+                        "dropped_events": dropped, "clock_offset_ns": offsets, "latest": latest, "rows": rows,
+                        "round_numbers": rounds,
+                        "post_after_initiator_ms": [[delay[(r, t)] / 1e6 if (r, t) in delay else None
+                                                     for t in rounds] for r in range(size)],
+                        "late": [[not fresh[(r, t)] if (r, t) in fresh else None for t in rounds]
+                                 for r in range(size)]})
         if len(rounds) > 1:  # the one-round handles of a tool's own bookkeeping stay out
             plots.append((size, rounds, fresh, delay, f"handle {handle} ({mode})"))
         if args.json:

@@ -2,10 +2,12 @@
 # The round trace and its report (docs/observability.md), end to end: a slowrank
 # pcoll_imbalance run with --trace gives a report that names the slow rank as the latest and
 # draws the heatmap; with rank 1's trace clock skewed by 5 s (an emulated host with another
-# clock) the recorded offset says so and the report still lines the ranks up.
+# clock) the recorded offset says so and the report still lines the ranks up; in a paper run
+# the ranks drawn in a round stand out as late (trace_paper_check.py).
 # Usage: trace_report.sh PCOLLRUN PCOLL_IMBALANCE PCOLL_TRACE_PY
 set -euo pipefail
 pcollrun=$1 imbalance=$2 report=$3
+here=$(dirname "$0")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 run() {  # run DIR [skew of rank 1 in ms]
@@ -35,4 +37,10 @@ check "$dir/skewed.report" "abs(h['clock_offset_ns']['1'] - 5e9) < 0.5e9 and abs
   "the recorded clock offsets do not show rank 1's 5 s skew"
 check "$dir/skewed.report" "h['latest'] == 2 and abs(r[1]['post_after_initiator_mean_ms']) < 1000" \
   "with rank 1's clock skewed the report no longer lines the ranks up"
-echo "trace_report.sh: slow rank named, heatmap drawn, 5 s skew corrected"
+
+mkdir -p "$dir/paper"
+"$pcollrun" -n 4 --provider ofi:shm --timeout-ms 20000 "$imbalance" --model paper --compute-ms 4 --delay-ms 8 \
+  --steps 30 --count 256 --modes solo --trace "$dir/paper" >/dev/null
+/usr/bin/python3 "$report" "$dir/paper" --json >"$dir/paper.report"
+/usr/bin/python3 "$here/trace_paper_check.py" "$dir/paper.report" "$dir/paper/pcoll_imbalance.schedule.csv"
+echo "trace_report.sh: slow rank named, heatmap drawn, 5 s skew corrected, drawn ranks late"
