@@ -119,15 +119,15 @@ typedef struct {
   uint64_t rounds;                 /* rounds completed (flush rounds included) */
   uint64_t flushes;                /* flush rounds completed */
   uint64_t flushes_carried;        /* flush rounds that carried this rank's late data */
-  uint64_t caller_late_rounds;     /* rounds this rank's sendbuf missed (carried) */
   uint64_t rounds_initiated;       /* rounds this rank activated */
-  uint64_t rounds_while_computing; /* rounds completed while no call waited on the handle */
+  uint64_t rounds_while_computing; /* rounds completed while no run/wait/test/flush was in */
   uint64_t blocked_ns;             /* time the caller spent waiting in run/wait/flush */
   uint64_t bytes_written;          /* bytes this rank wrote to its peers */
   uint64_t memory_bytes;           /* memory the handle holds, registered included */
   uint64_t registered_bytes;       /* of which registered with the provider */
   const uint64_t *fresh_rounds;    /* [r]: rounds in which rank r was fresh */
-  const uint64_t *late_rounds;     /* [r]: rounds in which rank r was late (flushes excluded) */
+  const uint64_t *late_rounds;     /* [r]: rounds in which rank r was late (flushes excluded);
+                                      late_rounds[me]: rounds whose info said caller_late */
   const uint64_t *longest_late_run;/* [r]: most consecutive rounds rank r was late */
   const uint64_t *fresh_histogram; /* [k], k = 0..P: rounds in which k ranks were fresh */
 } pcoll_allreduce_stats_t;
