@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -58,6 +59,8 @@ const char kUsage[] =
     "  --sync-every K    handle option: every K-th round synchronous (default 0: never)\n"
     "  --late carry|drop handle option (default carry)\n"
     "  --json            one JSON object per mode instead of the table\n"
+    "  --trace DIR       every rank writes a round trace per mode into DIR (PCOLL_TRACE);\n"
+    "                    tools/pcoll_trace.py DIR prints the straggler report\n"
     "  -h, --help        this help\n"
     "trace:FILE is a CSV with the header step,rank,compute_ms and one row per (step, rank);\n"
     "steps wrap around, and the job may not have more ranks than the file.\n";
@@ -75,6 +78,7 @@ struct Options {
   bool spin = false;
   pcoll_allreduce_opts_t handle_opts{};
   bool json = false;
+  std::string trace_dir;
 };
 
 Options parse_options(int argc, char** argv) {
@@ -152,6 +156,9 @@ Options parse_options(int argc, char** argv) {
       else usage_error("--late '" + v + "' is not carry or drop");
     } else if (arg == "--json") {
       o.json = true;
+    } else if (arg == "--trace") {
+      o.trace_dir = value();
+      if (o.trace_dir.empty()) usage_error("--trace needs a directory");
     } else {
       usage_error("unknown option '" + arg + "'");
     }
@@ -166,6 +173,19 @@ Options parse_options(int argc, char** argv) {
     }
   }
   return o;
+}
+
+void write_schedule(const std::string& path, const std::vector<std::vector<double>>& schedule) {
+  FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) {
+    std::fprintf(stderr, "pcoll_imbalance: cannot write %s\n", path.c_str());
+    return;
+  }
+  std::fputs("step,rank,compute_ms\n", out);
+  for (size_t step = 0; step < schedule.size(); ++step)
+    for (size_t rank = 0; rank < schedule[step].size(); ++rank)
+      std::fprintf(out, "%zu,%zu,%.6f\n", step, rank, schedule[step][rank]);
+  std::fclose(out);
 }
 
 // user + system CPU seconds of this process, all threads (the progress engine included).
@@ -257,6 +277,8 @@ ModeResult run_mode(Mode mode, const Options& o, perf::Job& job, const std::vect
 
 int main(int argc, char** argv) {
   const Options options = parse_options(argc, argv);
+  // The library reads PCOLL_TRACE when each handle is made (docs/observability.md).
+  if (!options.trace_dir.empty()) setenv("PCOLL_TRACE", options.trace_dir.c_str(), 1);
   try {
     perf::Job job(&argc, &argv);
     const bool reporter = job.rank() == 0;
@@ -274,6 +296,9 @@ int main(int argc, char** argv) {
       if (reporter) std::fprintf(stderr, "pcoll_imbalance: %s\n", e.what());
       return perf::kUsageExit;
     }
+    // Next to the traces, the compute times each rank was given (step = round of each
+    // mode's handle), in the trace:FILE format: what the report's lateness can be held to.
+    if (reporter && !options.trace_dir.empty()) write_schedule(options.trace_dir + "/pcoll_imbalance.schedule.csv", schedule);
     double lower_bound_s = 0;
     for (size_t r = 0; r < static_cast<size_t>(job.size()); ++r) {
       double sum_ms = 0;

@@ -758,6 +758,38 @@ class Allreduce {
     return raw.to_python();
   }
 
+  // pcoll_allreduce_stats as a dict (docs/observability.md); local and quick, so the GIL
+  // stays held: that also keeps two threads from sharing the handle's arrays.
+  py::dict stats() const {
+    const HandleCore& c = *core_;
+    require_open(c, "stats");
+    pcoll_allreduce_stats_t raw{};
+    raw.size = sizeof raw;
+    const int status = pcoll_allreduce_stats(c.handle, &raw);
+    if (status != PCOLL_SUCCESS) raise_status(status, std::string("stats: ") + pcoll_last_error());
+    const auto n = static_cast<size_t>(raw.nranks);
+    auto list = [](const uint64_t* values, size_t count) {
+      py::list out(count);
+      for (size_t i = 0; i < count; ++i) out[i] = py::int_(values[i]);
+      return out;
+    };
+    py::dict out;
+    out["rounds"] = raw.rounds;
+    out["flushes"] = raw.flushes;
+    out["flushes_carried"] = raw.flushes_carried;
+    out["rounds_initiated"] = raw.rounds_initiated;
+    out["rounds_while_computing"] = raw.rounds_while_computing;
+    out["blocked_s"] = static_cast<double>(raw.blocked_ns) * 1e-9;
+    out["bytes_written"] = raw.bytes_written;
+    out["memory_bytes"] = raw.memory_bytes;
+    out["registered_bytes"] = raw.registered_bytes;
+    out["fresh_rounds"] = list(raw.fresh_rounds, n);
+    out["late_rounds"] = list(raw.late_rounds, n);
+    out["longest_late_run"] = list(raw.longest_late_run, n);
+    out["fresh_histogram"] = list(raw.fresh_histogram, n + 1);
+    return out;
+  }
+
   void close() { close_handle(*core_); }
 
   Allreduce& enter() {
@@ -941,6 +973,7 @@ PYBIND11_MODULE(_core, m) {
       .def("wait", &Allreduce::wait)
       .def("flush", &Allreduce::flush, py::arg("recv"))
       .def("close", &Allreduce::close)
+      .def("stats", &Allreduce::stats, "Counters of this handle since creation (docs/observability.md).")
       .def("__enter__", &Allreduce::enter, py::return_value_policy::reference)
       .def("__exit__", &Allreduce::exit)
       .def("__repr__", &Allreduce::repr)

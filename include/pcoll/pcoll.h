@@ -108,6 +108,33 @@ PCOLL_API int pcoll_barrier(pcoll_comm_t *comm);
  * round) mod P, the same on every rank. -1 with pcoll_last_error() set on bad input. */
 PCOLL_API int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t *h, uint64_t round);
 
+/* Statistics of one handle since its creation, kept by the engine at every round (always
+ * on). The caller sets `size` to sizeof(pcoll_allreduce_stats_t) as it knows it; the
+ * library fills that many bytes at most (fields added later go at the end) and sets `size`
+ * to what it filled. Per-rank arrays have `nranks` entries (fresh_histogram nranks + 1)
+ * and stay valid until the next call on the handle. See docs/observability.md. */
+typedef struct {
+  size_t size;                     /* in: sizeof as the caller knows it; out: bytes filled */
+  int nranks;                      /* P: entries of the per-rank arrays */
+  uint64_t rounds;                 /* rounds completed (flush rounds included) */
+  uint64_t flushes;                /* flush rounds completed */
+  uint64_t flushes_carried;        /* flush rounds that carried this rank's late data */
+  uint64_t rounds_initiated;       /* rounds this rank activated */
+  uint64_t rounds_while_computing; /* rounds completed while no run/wait/test/flush was in */
+  uint64_t blocked_ns;             /* time the caller spent waiting in run/wait/flush */
+  uint64_t bytes_written;          /* bytes this rank wrote to its peers */
+  uint64_t memory_bytes;           /* memory the handle holds, registered included */
+  uint64_t registered_bytes;       /* of which registered with the provider */
+  const uint64_t *fresh_rounds;    /* [r]: rounds in which rank r was fresh */
+  const uint64_t *late_rounds;     /* [r]: rounds in which rank r was late (flushes excluded);
+                                      late_rounds[me]: rounds whose info said caller_late */
+  const uint64_t *longest_late_run;/* [r]: most consecutive rounds rank r was late */
+  const uint64_t *fresh_histogram; /* [k], k = 0..P: rounds in which k ranks were fresh */
+} pcoll_allreduce_stats_t;
+
+/* Local, not collective; does not wait for anything but the engine lock. */
+PCOLL_API int pcoll_allreduce_stats(const pcoll_allreduce_t *h, pcoll_allreduce_stats_t *stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,7 +78,28 @@ struct round_info {
   }
 };
 
+// pcoll_allreduce_stats_t with its per-rank arrays copied (docs/observability.md).
+struct allreduce_stats {
+  std::uint64_t rounds = 0, flushes = 0, flushes_carried = 0, rounds_initiated = 0;
+  std::uint64_t rounds_while_computing = 0, blocked_ns = 0, bytes_written = 0;
+  std::uint64_t memory_bytes = 0, registered_bytes = 0;
+  std::vector<std::uint64_t> fresh_rounds, late_rounds, longest_late_run;  // [rank]
+  std::vector<std::uint64_t> fresh_histogram;                              // [0..P]
+};
+
 namespace detail {
+inline allreduce_stats copy_stats(const pcoll_allreduce_stats_t& c) {
+  const auto n = static_cast<std::size_t>(c.nranks);
+  allreduce_stats s{c.rounds, c.flushes, c.flushes_carried, c.rounds_initiated,
+                    c.rounds_while_computing, c.blocked_ns, c.bytes_written,
+                    c.memory_bytes, c.registered_bytes, {}, {}, {}, {}};
+  s.fresh_rounds.assign(c.fresh_rounds, c.fresh_rounds + n);
+  s.late_rounds.assign(c.late_rounds, c.late_rounds + n);
+  s.longest_late_run.assign(c.longest_late_run, c.longest_late_run + n);
+  s.fresh_histogram.assign(c.fresh_histogram, c.fresh_histogram + n + 1);
+  return s;
+}
+
 inline round_info copy_info(const pcoll_round_info_t& c, int size) {
   round_info info{c.round, c.initiator, c.fresh, c.caller_late != 0, {}};
   const std::size_t words = (static_cast<std::size_t>(size) + 63) / 64;
@@ -145,6 +166,13 @@ class allreduce {
     pcoll_round_info_t info;
     detail::check(pcoll_allreduce_flush(handle_.get(), recv.data(), &info));
     return detail::copy_info(info, size_);
+  }
+  // Counters since creation; local, not collective.
+  allreduce_stats stats() const {
+    pcoll_allreduce_stats_t c{};
+    c.size = sizeof c;
+    detail::check(pcoll_allreduce_stats(handle_.get(), &c));
+    return detail::copy_stats(c);
   }
   // Collective; the destructor does the same but cannot report an error.
   void destroy() { detail::check(pcoll_allreduce_destroy(handle_.release())); }

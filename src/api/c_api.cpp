@@ -1,9 +1,14 @@
 // The C API of include/pcoll/pcoll.h: argument checks, C++ exceptions turned into status
 // codes plus a per-thread message, and ownership (handles keep their communicator alive).
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <new>
 #include <string>
+
+#include <unistd.h>
 
 #include "allreduce.hpp"
 #include "bootstrap.hpp"
@@ -24,6 +29,7 @@ struct pcoll_allreduce {
   std::shared_ptr<pcoll::Comm> comm;
   std::unique_ptr<pcoll::Allreduce> handle;
   pcoll::RoundInfo info;  // backs pcoll_round_info_t::fresh_mask until the next call
+  mutable pcoll::AllreduceStats stats;  // backs pcoll_allreduce_stats_t's arrays until the next call
 };
 
 namespace {
@@ -207,6 +213,15 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
         config.opts.timeout_ms = static_cast<uint32_t>(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
       config.chunk_bytes = pcoll::settings::get_unsigned("PCOLL_CHUNK_BYTES");
       config.rd_max_bytes = pcoll::settings::get_unsigned("PCOLL_RD_MAX_BYTES");
+      if (const auto dir = pcoll::settings::get_text("PCOLL_TRACE")) {
+        std::error_code error;
+        if (!std::filesystem::is_directory(*dir, error) || ::access(dir->c_str(), W_OK) != 0)
+          pcoll::invalid_argument("PCOLL_TRACE=" + *dir + " is not a directory this process can write to; "
+                                  "create it or unset PCOLL_TRACE");
+        config.trace_dir = *dir;
+        config.trace_clock_skew_ns =
+            static_cast<int64_t>(pcoll::settings::get_unsigned("PCOLL_TEST_CLOCK_SKEW_MS")) * 1000000;
+      }
     } catch (const pcoll::Error& e) {
       check(false, e.what());
     }
@@ -266,6 +281,37 @@ int pcoll_allreduce_destroy(pcoll_allreduce_t* h) {
   return guarded("pcoll_allreduce_destroy", [&] {
     require(h != nullptr, "handle is NULL");
     owned->handle->destroy();
+  });
+}
+
+int pcoll_allreduce_stats(const pcoll_allreduce_t* h, pcoll_allreduce_stats_t* stats) {
+  return guarded("pcoll_allreduce_stats", [&] {
+    require(h != nullptr, "handle is NULL");
+    require(stats != nullptr, "stats is NULL");
+    require(stats->size >= offsetof(pcoll_allreduce_stats_t, nranks) + sizeof(int),
+            "stats->size is " + std::to_string(stats->size) +
+                "; set it to sizeof(pcoll_allreduce_stats_t) before the call");
+    // The arrays are the handle's, like fresh_mask: valid until the next call on it.
+    auto& kept = h->stats;
+    h->handle->stats(kept);
+    pcoll_allreduce_stats_t all{};
+    all.nranks = static_cast<int>(kept.fresh_rounds.size());
+    all.rounds = kept.rounds;
+    all.flushes = kept.flushes;
+    all.flushes_carried = kept.flushes_carried;
+    all.rounds_initiated = kept.rounds_initiated;
+    all.rounds_while_computing = kept.rounds_while_computing;
+    all.blocked_ns = kept.blocked_ns;
+    all.bytes_written = kept.bytes_written;
+    all.memory_bytes = kept.memory_bytes;
+    all.registered_bytes = kept.registered_bytes;
+    all.fresh_rounds = kept.fresh_rounds.data();
+    all.late_rounds = kept.late_rounds.data();
+    all.longest_late_run = kept.longest_late_run.data();
+    all.fresh_histogram = kept.fresh_histogram.data();
+    // A caller built against an older, shorter struct gets the fields it knows.
+    all.size = std::min(stats->size, sizeof all);
+    std::memcpy(stats, &all, all.size);
   });
 }
 

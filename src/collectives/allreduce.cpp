@@ -60,7 +60,7 @@ inline void cpu_relax() {
 
 // The configuration every rank must agree on, as compared at creation.
 struct Signature {
-  uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, chunk_bytes, rd_max_bytes, handle;
+  uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, chunk_bytes, rd_max_bytes, handle, traced;
   bool operator==(const Signature&) const = default;
 };
 // A rank's handle description at creation: its local outcome (0 or an Errc), the
@@ -78,7 +78,8 @@ std::string describe(const Signature& s) {
          " late=" + std::to_string(s.late) + " max_lag=" + std::to_string(s.max_lag) +
          " sync_every=" + std::to_string(s.sync_every) + " seed=" + std::to_string(s.seed) +
          " chunk_bytes=" + std::to_string(s.chunk_bytes) +
-         " rd_max_bytes=" + std::to_string(s.rd_max_bytes) + " handle=" + std::to_string(s.handle);
+         " rd_max_bytes=" + std::to_string(s.rd_max_bytes) + " handle=" + std::to_string(s.handle) +
+         " traced=" + std::to_string(s.traced) + " (PCOLL_TRACE)";
 }
 
 }  // namespace
@@ -118,7 +119,7 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config, const std::strin
                        static_cast<uint64_t>(config.op), static_cast<uint64_t>(config.mode),
                        static_cast<uint64_t>(config.opts.late), config.opts.max_lag,
                        config.opts.sync_every, config.opts.seed, config.chunk_bytes,
-                       config.rd_max_bytes, id_};
+                       config.rd_max_bytes, id_, config.trace_dir.empty() ? 0u : 1u};
   const transport::Bytes key = status == 0 ? region_->remote_key() : transport::Bytes{};
   const std::string_view payload_text = status == 0 ? std::string_view{} : std::string_view{problem};
   const size_t payload = status == 0 ? key.size() : std::min(payload_text.size(), kAgreementBlobBytes - kDescriptionBytes);
@@ -192,6 +193,7 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config, const std::strin
     ++epoch_;
     ready_ = true;
   }
+  if (trace_) estimate_clock_offset();
   log::debug("allreduce handle " + std::to_string(id_) + ": " + describe(mine) + ", " +
              algorithm_name(plan_.algorithm) + ", " + std::to_string(plan_.steps.size()) +
              " steps");
@@ -237,11 +239,53 @@ void Allreduce::prepare() {
   }
   ring_.resize(static_cast<size_t>(config.opts.max_lag) + 2);
   late_by_round_.assign(ring_.size(), false);
+  const auto ranks = static_cast<size_t>(size_);
+  stats_.fresh_rounds.assign(ranks, 0);
+  stats_.late_rounds.assign(ranks, 0);
+  stats_.longest_late_run.assign(ranks, 0);
+  stats_.fresh_histogram.assign(ranks + 1, 0);
+  late_run_.assign(ranks, 0);
+  if (!config.trace_dir.empty()) trace_ = std::make_unique<RoundTrace>(config.trace_dir, config.trace_clock_skew_ns);
+  stats_.registered_bytes = region_->bytes().size();
+  stats_.memory_bytes = stats_.registered_bytes + carry_.size();
 }
 
 Allreduce::~Allreduce() {
-  std::lock_guard lock(comm_.engine_mutex());
-  comm_.remove_handle(id_);
+  {
+    std::lock_guard lock(comm_.engine_mutex());
+    comm_.remove_handle(id_);
+  }
+  if (trace_) write_trace();
+}
+
+// Collective, traced handles only: every rank reads its trace clock right after each of a
+// few barriers; the median difference to rank 0's readings is this rank's clock offset,
+// recorded in the trace file (good to about the spread of a barrier's exits).
+void Allreduce::estimate_clock_offset() {
+  constexpr int kSamples = 7;
+  std::vector<int64_t> mine(kSamples);
+  for (int k = 0; k < kSamples; ++k) {
+    comm_.barrier(timeout_);
+    mine[static_cast<size_t>(k)] = trace_->now_ns();
+  }
+  std::vector<std::byte> blob(sizeof(int64_t) * kSamples);
+  std::memcpy(blob.data(), mine.data(), blob.size());
+  const auto all = comm_.agree(blob, timeout_);
+  std::vector<int64_t> root(kSamples);
+  if (all[0].size() != blob.size()) fail(Errc::protocol, "rank 0 sent a malformed clock sample");
+  std::memcpy(root.data(), all[0].data(), blob.size());
+  clock_offset_ns_ = estimate_offset(mine, root);
+}
+
+void Allreduce::write_trace() noexcept {
+  try {
+    static constexpr const char* kModes[] = {"sync", "solo", "majority"};
+    const RoundTrace::Header header{rank_, size_, id_, kModes[config_.mode], clock_offset_ns_};
+    const std::string path = trace_->write(header);
+    log::debug("round trace of handle " + std::to_string(id_) + " written to " + path);
+  } catch (const std::exception& e) {
+    log::warn(std::string("round trace not written: ") + e.what());
+  }
 }
 
 std::byte* Allreduce::work(uint64_t round) const {
@@ -286,6 +330,7 @@ void Allreduce::initiate(uint64_t round) {
     transport_.notify(child, encode(NoticeKind::activation, id_, static_cast<uint32_t>(rank_), round));
   activated_ = std::max(activated_, round + 1);
   initiated_current_ = true;
+  trace(TraceEvent::activation_sent, round, rank_);
 }
 
 // --- Engine side --------------------------------------------------------------------------
@@ -306,6 +351,7 @@ void Allreduce::on_notice(const Notice& notice) {
                                std::to_string(id_) + " while this rank is at round " +
                                std::to_string(joined_));
     activated_ = std::max(activated_, round + 1);
+    trace(TraceEvent::activation_received, round, root);
     return;
   }
   // Data: new only for the active round or the next one. A notice for a completed round
@@ -370,6 +416,7 @@ void Allreduce::join(uint64_t round) {
   } else if (count > 0) {
     std::memcpy(acc, carry_.data(), acc_bytes(count));
   }
+  const bool carry_was_empty = carry_empty_;
   if (!carry_empty_) {
     fill_identity(config_.dtype, config_.op, carry_.data(), count);
     carry_empty_ = true;
@@ -380,6 +427,10 @@ void Allreduce::join(uint64_t round) {
   if (fresh) store_flag(acc_dtype_, flags + acc_bytes(rank_), mark);
   if (initiated_current_) store_flag(acc_dtype_, flags + acc_bytes(size_ + rank_), mark);
   late_by_round_[round % ring_.size()] = !fresh;
+  active_flush_ = flush;
+  trace(TraceEvent::join, round, fresh ? 1 : 0);
+  step_traced_ = false;
+  if (flush && !carry_was_empty) ++stats_.flushes_carried;
   step_ = 0;
   sent_ = false;
   flushed_ = false;
@@ -404,6 +455,7 @@ void Allreduce::post_sends(const Step& step) {
                                                  : landing_base + acc_bytes(chunk.landing_offset);
     transport_.write_notify(*region_, work_base + acc_bytes(chunk.offset), peer, target, acc_bytes(chunk.count),
                             encode_data(id_, step.tag, chunk.index, round));
+    stats_.bytes_written += acc_bytes(chunk.count);
   }
 }
 
@@ -411,6 +463,10 @@ bool Allreduce::run_steps() {
   const uint64_t round = completed_;
   while (step_ < plan_.steps.size()) {
     const Step& step = plan_.steps[step_];
+    if (!step_traced_) {
+      trace(TraceEvent::step_start, round, static_cast<int32_t>(step_));
+      step_traced_ = true;
+    }
     if (step.sends() && !sent_) {
       post_sends(step);
       sent_ = true;
@@ -449,6 +505,8 @@ bool Allreduce::run_steps() {
                                  std::to_string(arrived.size()) + " chunks, expected " +
                                  std::to_string(chunks));
     }
+    trace(TraceEvent::step_end, round, static_cast<int32_t>(step_));
+    step_traced_ = false;
     ++step_;
     sent_ = false;
     flushed_ = false;
@@ -501,6 +559,8 @@ void Allreduce::complete_round() {
     fail(Errc::internal, "result ring overrun at round " + std::to_string(round));
   slot.round = round;
   fill_info(round, slot.info);
+  count_round(slot.info);
+  trace(TraceEvent::complete, round, slot.info.initiator, slot.info.fresh);
   const std::byte* acc = work(round);
   if (posted_ && posted_->round == round && !posted_->delivered) {
     if (posted_->recvbuf != nullptr && early_delivered_ != config_.count)
@@ -508,6 +568,7 @@ void Allreduce::complete_round() {
     posted_->delivered = true;
     slot.result.clear();
   } else {
+    if (slot.result.capacity() == 0) stats_.memory_bytes += user_elem_bytes_ * config_.count;
     slot.result.resize(user_elem_bytes_ * config_.count);
     from_accumulator(config_.dtype, config_.op, size_, acc, slot.result.data(), config_.count);
   }
@@ -515,6 +576,31 @@ void Allreduce::complete_round() {
   initiated_current_ = false;
   ++completed_;
   ++epoch_;
+}
+
+void Allreduce::count_round(const RoundInfo& info) {
+  ++stats_.rounds;
+  if (initiated_current_) ++stats_.rounds_initiated;
+  if (waiters_ == 0) ++stats_.rounds_while_computing;
+  if (active_flush_) {
+    ++stats_.flushes;
+    return;
+  }
+  ++stats_.fresh_histogram[static_cast<size_t>(info.fresh)];
+  for (size_t r = 0; r < late_run_.size(); ++r) {
+    if ((info.fresh_mask[r / 64] >> (r % 64)) & 1u) {
+      ++stats_.fresh_rounds[r];
+      late_run_[r] = 0;
+    } else {
+      ++stats_.late_rounds[r];
+      stats_.longest_late_run[r] = std::max(stats_.longest_late_run[r], ++late_run_[r]);
+    }
+  }
+}
+
+void Allreduce::stats(AllreduceStats& out) const {
+  std::lock_guard lock(comm_.engine_mutex());
+  out = stats_;
 }
 
 // --- Application side ---------------------------------------------------------------------
@@ -539,6 +625,7 @@ void Allreduce::start(const void* sendbuf, void* recvbuf) {
   const uint64_t round = app_next_++;
   posted_ = Posted{round, sendbuf, recvbuf, round < joined_, false, false};
   if (posted_->late) add_late_sendbuf(sendbuf);
+  trace(TraceEvent::post, round, posted_->late ? 1 : 0);
   if (round < completed_) {
     // The round already completed without us: hand over its buffered result now.
     const Completed& slot = ring_[round % ring_.size()];
@@ -561,6 +648,7 @@ bool Allreduce::deliver_if_ready_locked(RoundInfo* info) {
     *info = slot.info;
     if (posted_->flush) info->caller_late = false;
   }
+  trace(TraceEvent::deliver, round, posted_->late ? 1 : 0);
   posted_.reset();
   return true;
 }
@@ -568,6 +656,12 @@ bool Allreduce::deliver_if_ready_locked(RoundInfo* info) {
 bool Allreduce::test(RoundInfo* info) {
   std::unique_lock lock(comm_.engine_mutex());
   comm_.check_failed();
+  // A round this call completes was waited for, not computed over (stats_).
+  struct Polling {
+    int& waiters;
+    explicit Polling(int& w) : waiters(w) { ++waiters; }
+    ~Polling() { --waiters; }
+  } polling{waiters_};
   comm_.drive_locked();
   if (deliver_if_ready_locked(info)) return true;
   probe_locked(Clock::now());
@@ -619,6 +713,17 @@ void Allreduce::wait_for_round(RoundInfo* info) {
   auto moved_at = Clock::now();
   bool spinning = true;
   std::unique_lock lock(comm_.engine_mutex());
+  // Counts this call as a waiter and its time as blocked; ends before the lock is released.
+  struct Waiting {
+    Allreduce& handle;
+    Clock::time_point since;
+    Waiting(Allreduce& h, Clock::time_point t) : handle(h), since(t) { ++handle.waiters_; }
+    ~Waiting() {
+      --handle.waiters_;
+      handle.stats_.blocked_ns +=
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count());
+    }
+  } waiting{*this, moved_at};
   uint64_t seen = epoch_;  // written under the engine lock by whoever drives the engine
   for (unsigned idle = 0;; ++idle) {
     comm_.check_failed();
@@ -683,6 +788,7 @@ void Allreduce::flush(void* recvbuf, RoundInfo* info) {
                                     "call flush at the same round");
     ++app_next_;
     posted_ = Posted{round, nullptr, recvbuf, false, true, false};
+    trace(TraceEvent::post_flush, round);
     comm_.drive_locked();
   }
   wait_for_round(info);

@@ -19,6 +19,7 @@
 #include "notification.hpp"
 #include "pcoll/pcoll.h"
 #include "reduce_plan.hpp"
+#include "round_trace.hpp"
 #include "transport.hpp"
 
 namespace pcoll {
@@ -33,6 +34,24 @@ struct RoundInfo {
   std::vector<uint64_t> fresh_mask;  // ceil(P/64) words
 };
 
+// Counters of one handle since creation (pcoll_allreduce_stats_t, docs/observability.md),
+// kept under the engine lock by whoever drives the engine: a few additions per round.
+struct AllreduceStats {
+  uint64_t rounds = 0;
+  uint64_t flushes = 0;
+  uint64_t flushes_carried = 0;
+  uint64_t rounds_initiated = 0;
+  uint64_t rounds_while_computing = 0;
+  uint64_t blocked_ns = 0;
+  uint64_t bytes_written = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t registered_bytes = 0;
+  std::vector<uint64_t> fresh_rounds;      // [rank], flush rounds excluded
+  std::vector<uint64_t> late_rounds;       // [rank], flush rounds excluded
+  std::vector<uint64_t> longest_late_run;  // [rank]
+  std::vector<uint64_t> fresh_histogram;   // [fresh count 0..P], flush rounds excluded
+};
+
 struct AllreduceConfig {
   size_t count = 0;
   pcoll_dtype_t dtype = PCOLL_FLOAT32;
@@ -41,6 +60,8 @@ struct AllreduceConfig {
   pcoll_allreduce_opts_t opts{};
   size_t chunk_bytes = 0;         // pipelining chunk of large steps
   size_t rd_max_bytes = 0;        // recursive doubling up to this many bytes, then Rabenseifner
+  std::string trace_dir;          // PCOLL_TRACE; empty: no round trace
+  int64_t trace_clock_skew_ns = 0;  // PCOLL_TEST_CLOCK_SKEW_MS
 };
 
 class Allreduce {
@@ -63,6 +84,8 @@ class Allreduce {
   // handle, so no peer writes into its memory any more. Returns at once on a failed
   // communicator. The caller frees the handle whatever this throws.
   void destroy();
+  // A copy of the counters, taken under the engine lock; `out` keeps its capacity.
+  void stats(AllreduceStats& out) const;
 
   // Engine side, engine lock held.
   void on_notice(const Notice& notice);
@@ -168,6 +191,23 @@ class Allreduce {
   uint64_t probe_epoch_ = 0;       // epoch_ when probe_locked last saw it change
   std::chrono::steady_clock::time_point probe_moved_at_{};
   uint64_t epoch_ = 0;             // bumped whenever the engine moves: arrivals, steps, rounds
+
+  // Round trace (PCOLL_TRACE): null when off, so an untraced round pays one test per event.
+  void trace(TraceEvent kind, uint64_t round, int32_t arg = 0, int32_t arg2 = 0) {
+    if (trace_) trace_->add(kind, round, arg, arg2);
+  }
+  void estimate_clock_offset();
+  void write_trace() noexcept;
+  std::unique_ptr<RoundTrace> trace_;
+  int64_t clock_offset_ns_ = 0;
+  bool step_traced_ = false;  // the active step's start is in the trace
+
+  // Statistics (stats()): plain counters, engine lock held.
+  void count_round(const RoundInfo& info);
+  AllreduceStats stats_;
+  std::vector<uint64_t> late_run_;  // [rank]: consecutive late rounds up to the last one
+  bool active_flush_ = false;       // the active round is a flush
+  int waiters_ = 0;                 // calls waiting in wait_for_round
 };
 
 }  // namespace pcoll

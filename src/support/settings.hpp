@@ -97,6 +97,9 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .doc = "pipelining chunk of large reductions"},
     // The largest vector kept on recursive doubling: at P=4 on ucx:shm Rabenseifner's
     // smaller copies and reductions win from 64 KiB (docs/performance.md).
+    {.name = "PCOLL_TRACE", .kind = Kind::user, .type = Type::text, .fallback = "",
+     .doc = "directory where every rank writes a Chrome trace of each handle's rounds "
+            "(docs/observability.md); unset: no trace"},
     {.name = "PCOLL_RD_MAX_BYTES", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "32768",
      .min = 0, .max = uint64_t{1} << 40,
      .doc = "recursive doubling up to this many bytes of the vector (accumulation type), "
@@ -133,6 +136,8 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .doc = "path of pcoll_info (cluster suite)"},
     {.name = "PCOLL_TEST_COLLECTIVE_CHECK", .kind = Kind::test, .type = Type::text, .fallback = "",
      .doc = "path of collective_check (cluster suite)"},
+    {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
+     .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
     {.name = "PCOLL_TEST_IMBALANCE", .kind = Kind::test, .type = Type::text, .fallback = "",
      .doc = "path of imbalance_check (cluster suite)"},
 });

@@ -93,6 +93,24 @@ def test_round_info_is_a_named_tuple_and_rounds_count_up(comm):
         assert 0 <= ar.run(send, recv).initiator < P
 
 
+def test_stats_count_the_rounds_and_who_was_fresh(comm):
+    P = comm.size
+    send, recv = np.ones(3, np.float32), np.zeros(3, np.float32)
+    with comm.allreduce(3, mode="solo") as ar:
+        assert ar.stats()["rounds"] <= 1  # a peer may have run round 0 without this rank
+        infos = [ar.run(send, recv) for _ in range(4)]
+        ar.flush(recv)
+        s = ar.stats()
+        closed = ar
+    assert s["rounds"] == 5 and s["flushes"] == 1
+    assert s["fresh_rounds"] == [sum(r in i.fresh_ranks for i in infos) for r in range(P)]
+    assert [f + l for f, l in zip(s["fresh_rounds"], s["late_rounds"])] == [4] * P
+    assert sum(s["fresh_histogram"]) == 4 and len(s["fresh_histogram"]) == P + 1
+    assert s["registered_bytes"] > 0 and s["memory_bytes"] >= s["registered_bytes"] and s["blocked_s"] >= 0
+    with pytest.raises(pcoll.InvalidState):
+        closed.stats()
+
+
 def test_start_test_wait(comm):
     send = np.full(4, comm.rank + 1, np.int32)
     recv = np.zeros(4, np.int32)
