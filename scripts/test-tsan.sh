@@ -13,9 +13,9 @@ if [[ ! -f build-tsan/build.ninja ]]; then
 fi
 # Only what runs: the rest of the tree (perf tools, multi-process tests) adds build time
 # and nothing TSan could check here.
-ninja -C build-tsan tests/engine_threads tests/test_inproc
+ninja -C build-tsan tests/engine_threads tests/test_inproc tests/test_stats
 # halt_on_error: the first race fails the test with its report; second_deadlock_stack:
 # lock-order reports show both stacks.
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 meson test -C build-tsan --no-rebuild --num-processes 1 --print-errorlogs --timeout-multiplier 3 \
-  'engine rules as threads P=2..8' 'inproc bootstrap and provider' "$@"
+  'engine rules as threads P=2..8' 'inproc bootstrap and provider' 'allreduce stats as threads' "$@"
