@@ -91,9 +91,10 @@ void OfiTransport::handle_error_locked() {
       if (lost && peer_failure_[bucket.peer].empty())
         peer_failure_[bucket.peer] = "ofi: rank " + std::to_string(bucket.peer) + " failed: " + text;
       // The target waits for this write's data (or its notification): a flush may never
-      // come (small writes need none), so the next poll() fails too.
-      defer_delivery_error_locked(
-          Error(lost ? Errc::peer_failed : Errc::transport, "ofi: " + message, bucket.peer));
+      // come (small writes need none), so the next poll() fails too. As in flush(), the
+      // peer is failed whatever the reason: a connection torn down under the write
+      // (FI_ECANCELED on tcp when the peer died) is as final as a reset.
+      defer_delivery_error_locked(Error(Errc::peer_failed, "ofi: " + message, bucket.peer));
       return;
     }
     case Op::Kind::atomic: {
