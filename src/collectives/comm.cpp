@@ -20,13 +20,18 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
     : boot_(std::move(boot)) {
   // A setup that fails leaves the job broken: the bootstrap must not then wait in a final
   // barrier of its own, which would join the other ranks' setup collectives.
+  // Nor may the transport, torn down with it, progress towards a peer that died during
+  // setup (UCX faults there).
   struct AbandonUnlessSetUp {
     bootstrap::Bootstrap& boot;
+    std::unique_ptr<transport::Transport>& transport;
     bool set_up = false;
     ~AbandonUnlessSetUp() {
-      if (!set_up) boot.abandon();
+      if (set_up) return;
+      boot.abandon();
+      if (transport) transport->abandon();
     }
-  } setup{*boot_};
+  } setup{*boot_, transport_};
   log::threshold();  // reject a bad PCOLL_LOG now rather than at the first message
   rank_ = boot_->rank();
   size_ = boot_->size();

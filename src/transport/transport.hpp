@@ -137,6 +137,9 @@ class Transport {
   virtual bool wait(std::chrono::microseconds timeout, WaitFor what = WaitFor::notification) = 0;
   // Makes a concurrent or the next wait() return promptly (shutdown, new local work).
   virtual void wake() = 0;
+  // The job failed before it was set up: the destructor must not wait for or progress
+  // towards peers (no best-effort flush). A provider without such a flush ignores it.
+  virtual void abandon() {}
 };
 
 // A provider, as the registry (src/providers/registry.hpp) lists it: like libfabric's

@@ -67,6 +67,7 @@ class FaultTransport final : public Transport {
   size_t poll(std::span<uint64_t> out) override;
   bool wait(std::chrono::microseconds timeout, WaitFor what) override;
   void wake() override { inner_->wake(); }
+  void abandon() override { inner_->abandon(); }
 
  private:
   using Clock = std::chrono::steady_clock;

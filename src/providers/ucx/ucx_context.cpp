@@ -156,7 +156,7 @@ UcxTransport::~UcxTransport() {
   // Best effort: let posted operations reach their targets before the endpoints close, but
   // never hang on a dead peer.
   try {
-    if (core_->my_rank >= 0)
+    if (core_->my_rank >= 0 && !abandoned_)
       flush_within(std::min(core_->options.timeout, std::chrono::milliseconds(2000)));
   } catch (const Error& e) {
     log::debug(std::string("ucx: flush at shutdown: ") + e.what());

@@ -352,6 +352,9 @@ class UcxTransport final : public Transport {
   size_t poll(std::span<uint64_t> out) override;
   bool wait(std::chrono::microseconds timeout, WaitFor what) override;
   void wake() override;
+  // No shutdown flush: UCX 1.13 faults in ucp_worker_progress on the endpoint of a peer
+  // that died before its wire-up finished (docs/reliability.md).
+  void abandon() override { abandoned_ = true; }
 
  private:
   void flush_within(std::chrono::milliseconds timeout);
@@ -373,6 +376,7 @@ class UcxTransport final : public Transport {
   bool send_by_mailbox(std::unique_lock<std::mutex>& lock, Peer& peer, std::byte* target,
                        uint64_t target_address, const void* bytes, size_t count, uint64_t value);
 
+  bool abandoned_ = false;
   std::shared_ptr<UcxCore> core_;
 };
 
