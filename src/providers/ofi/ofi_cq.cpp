@@ -76,7 +76,7 @@ void OfiTransport::handle_error_locked() {
       // notification, which somebody waits for: the buffer goes back into service and the
       // next poll() fails.
       if (err.err != FI_ECANCELED) {
-        defer_delivery_error_locked(Error(Errc::protocol, "ofi: a notification arrived damaged: " + text));
+        delivery_error_.keep(Error(Errc::protocol, "ofi: a notification arrived damaged: " + text));
         repost_receive_locked(*static_cast<RecvSlot*>(op));
       }
       return;
@@ -94,7 +94,7 @@ void OfiTransport::handle_error_locked() {
       // come (small writes need none), so the next poll() fails too. As in flush(), the
       // peer is failed whatever the reason: a connection torn down under the write
       // (FI_ECANCELED on tcp when the peer died) is as final as a reset.
-      defer_delivery_error_locked(Error(Errc::peer_failed, "ofi: " + message, bucket.peer));
+      delivery_error_.keep(Error(Errc::peer_failed, "ofi: " + message, bucket.peer));
       return;
     }
     case Op::Kind::atomic: {
@@ -143,7 +143,7 @@ size_t OfiTransport::progress_locked() {
         if (e.len == sizeof(uint64_t))
           notifications_.push_back(*slot.value);
         else
-          defer_delivery_error_locked(Error(Errc::protocol, "ofi: a notification of " + std::to_string(e.len) +
+          delivery_error_.keep(Error(Errc::protocol, "ofi: a notification of " + std::to_string(e.len) +
                                                                 " bytes arrived (notifications are 8 bytes)"));
         repost_receive_locked(slot);
         continue;
@@ -182,17 +182,13 @@ void OfiTransport::progress() {
   progress_locked();
 }
 
-void OfiTransport::defer_delivery_error_locked(Error error) {
-  if (!delivery_error_) delivery_error_.emplace(std::move(error));
-}
-
 void OfiTransport::check_stalled_writes_locked() {
   const auto now = Clock::now();
-  if (now < next_stall_check_ || delivery_error_) return;
+  if (now < next_stall_check_ || delivery_error_.kept()) return;
   next_stall_check_ = now + std::chrono::milliseconds(10);
   for (const WriteBucket& bucket : buckets_) {
     if (bucket.outstanding == 0 || now - bucket.moved <= options_.timeout) continue;
-    defer_delivery_error_locked(Error(
+    delivery_error_.keep(Error(
         Errc::timeout,
         "ofi: " + std::to_string(bucket.outstanding) + " write(s) to rank " + std::to_string(bucket.peer) +
             " have not completed for " + std::to_string(options_.timeout.count()) +
@@ -206,10 +202,7 @@ size_t OfiTransport::poll(std::span<uint64_t> out) {
   std::lock_guard lock(mutex_);
   progress_locked();
   check_stalled_writes_locked();
-  if (delivery_error_ && !delivery_error_thrown_) {
-    delivery_error_thrown_ = true;
-    throw *delivery_error_;
-  }
+  delivery_error_.throw_once();
   size_t count = 0;
   while (count < out.size() && !notifications_.empty()) {
     out[count++] = notifications_.front();

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "delivery_error.hpp"
 #include "error.hpp"
 #include "ofi_provider.hpp"
 #include "transport.hpp"
@@ -260,8 +261,6 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   // ofi_cq.cpp; *_locked expect mutex_ held.
   void open_wait_loop();
   size_t progress_locked();
-  // Keeps the first delivery error for poll() (transport.hpp).
-  void defer_delivery_error_locked(Error error);
   // Writes outstanding to a peer that have not moved for the timeout: a delivery error.
   void check_stalled_writes_locked();
   void handle_error_locked();
@@ -315,9 +314,7 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   std::vector<RecvSlot> recv_slots_;
   std::vector<RecvSlot*> pending_reposts_;
   std::deque<uint64_t> notifications_;
-  // The first delivery error progress found, for the next poll() to throw (transport.hpp).
-  std::optional<Error> delivery_error_;
-  bool delivery_error_thrown_ = false;
+  DeliveryError delivery_error_;  // the first one progress found, for the next poll()
   Clock::time_point next_stall_check_{};
   uint64_t next_key_ = 1;
   uint64_t event_seq_ = 0;             // bumped when progress read CQ entries

@@ -109,16 +109,12 @@ void UcxTransport::progress() {
 }
 
 void UcxCore::defer_delivery_error(Error error) {
-  if (!delivery_error_) delivery_error_.emplace(std::move(error));
+  delivery_error_.keep(std::move(error));
   ++activity_seq_;
   wait_loop->wake_all_waiters();
 }
 
-void UcxCore::throw_delivery_error_once() {
-  if (!delivery_error_ || delivery_error_thrown_) return;
-  delivery_error_thrown_ = true;
-  throw *delivery_error_;
-}
+void UcxCore::throw_delivery_error_once() { delivery_error_.throw_once(); }
 
 size_t UcxTransport::poll(std::span<uint64_t> out) {
   std::unique_lock lock(core_->mutex);

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "delivery_error.hpp"
 #include "error.hpp"
 #include "transport.hpp"
 #include "ucx_key.hpp"
@@ -273,8 +274,7 @@ class UcxCore : private WaitLoop::Hooks {
   std::vector<SendOp*> free_send_ops_;
   std::vector<SendOp*> deferred_notifies_;
   std::deque<uint64_t> notifications_;
-  std::optional<Error> delivery_error_;
-  bool delivery_error_thrown_ = false;
+  DeliveryError delivery_error_;
   std::map<uintptr_t, size_t> local_ranges_;
   mutable std::pair<uintptr_t, size_t> last_range_{0, 0};  // last range a lookup matched
   uint64_t activity_seq_ = 0;  // bumped by progress that handled events, and peer failures
