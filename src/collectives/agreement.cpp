@@ -68,8 +68,7 @@ std::vector<std::vector<std::byte>> Agreement::allgather(std::span<const std::by
                               slot_offset(sequence, rank_), sizeof length + mine.size(), value);
     }
   } catch (const Error& error) {
-    comm_.mark_failed(error.rank(), error.what());
-    throw;
+    comm_.fail_locked(error);
   }
   const auto probe_after = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
   const auto started = std::chrono::steady_clock::now();
@@ -90,8 +89,7 @@ std::vector<std::vector<std::byte>> Agreement::allgather(std::span<const std::by
   try {
     transport_.flush();
   } catch (const Error& error) {
-    comm_.mark_failed(error.rank(), error.what());
-    throw;
+    comm_.fail_locked(error);
   }
   std::vector<std::vector<std::byte>> all(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {

@@ -812,8 +812,7 @@ void Allreduce::destroy() {
       if (large_writes_pending_) transport_.flush();
     } catch (const Error& error) {
       // A write of the last round failed: its target waits for it, tell everyone.
-      comm_.mark_failed(error.rank(), error.what());
-      throw;
+      comm_.fail_locked(error);
     }
   }
   comm_.barrier(timeout_);

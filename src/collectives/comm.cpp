@@ -186,19 +186,50 @@ void Comm::dispatch_locked(uint64_t value) {
 
 void Comm::drive_locked() {
   check_failed();
+  std::array<uint64_t, 64> values{};
+  size_t n = 0, next = 0;  // values[next, n) are not dispatched yet
   try {
-    std::array<uint64_t, 64> values{};
     for (;;) {
-      const size_t n = transport_->poll(values);
-      for (size_t i = 0; i < n; ++i) dispatch_locked(values[i]);
+      n = transport_->poll(values);
+      for (next = 0; next < n;) dispatch_locked(values[next++]);
       if (n < values.size()) break;
     }
+    n = next = 0;
     for (Allreduce* handle : handles_)
       if (handle != nullptr) handle->advance_locked();
   } catch (const Error& error) {
-    if (!failed()) mark_failed(error.rank(), error.what());
-    throw;
+    if (failed()) throw;
+    fail_locked(error, std::span<const uint64_t>(values.data() + next, n - next));
   }
+}
+
+void Comm::fail_locked(const Error& error, std::span<const uint64_t> undelivered,
+                       std::optional<int> culprit) {
+  // Failure notices that arrived before this error: the values of the batch being
+  // dispatched, then whatever the transport holds. Nothing else is delivered any more
+  // (the communicator is failing), so the rest is dropped.
+  auto adopt = [this](std::span<const uint64_t> values) {
+    for (const uint64_t value : values)
+      if (!failed() && decode(value).kind == NoticeKind::failure) dispatch_locked(value);
+  };
+  if (!failed()) {
+    try {
+      adopt(undelivered);
+      std::array<uint64_t, 64> values{};
+      for (size_t n = values.size(); n == values.size() && !failed();) {
+        n = transport_->poll(values);
+        adopt(std::span<const uint64_t>(values.data(), n));
+      }
+    } catch (const Error&) {
+      // The transport has more to say about the same trouble; this rank's error stands.
+    }
+    if (failed()) {
+      log::debug(std::string("superseded by a failure another rank reported: ") + error.what());
+      check_failed();
+    }
+  }
+  mark_failed(culprit.value_or(error.rank()), error.what());
+  throw error;
 }
 
 void Comm::progress_hook() {
@@ -246,8 +277,7 @@ void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
     try {
       transport_->notify(peer, encode(NoticeKind::liveness, kControlPing, static_cast<uint32_t>(rank_), 0));
     } catch (const Error& error) {
-      mark_failed(error.rank() >= 0 ? error.rank() : peer, error.what());
-      throw;
+      fail_locked(error, {}, error.rank() >= 0 ? error.rank() : peer);
     }
     return;
   }

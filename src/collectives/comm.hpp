@@ -11,11 +11,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "agreement.hpp"
 #include "bootstrap.hpp"
+#include "error.hpp"
 #include "notification.hpp"
 #include "progress_driver.hpp"
 #include "transport.hpp"
@@ -78,6 +80,14 @@ class Comm {
 
   // Marks the communicator failed (first reason wins), tells every peer, wakes waiters.
   void mark_failed(int culprit, const std::string& reason);
+  // With the engine lock held, for an error this rank's own operation hit (a post that
+  // timed out, a failed write): fails the communicator and throws. A failure another rank
+  // already reported, sitting undelivered in `undelivered` or in the transport, is the
+  // root cause more often than this error (a survivor that left after hearing of it stops
+  // draining its queue, and a send to it then times out): that failure is recorded and
+  // thrown instead. `culprit` overrides the rank the error names.
+  [[noreturn]] void fail_locked(const Error& error, std::span<const uint64_t> undelivered = {},
+                                std::optional<int> culprit = std::nullopt);
   // Throws the failure, if any.
   void check_failed() const;
   bool failed() const { return failed_.load(std::memory_order_acquire); }

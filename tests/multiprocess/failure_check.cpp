@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "pcoll/pcoll.h"
@@ -146,12 +147,57 @@ int run_scenario(const std::string& scenario) {
   return kNoError;
 }
 
+// Child rank of the stalled case, P=4 over the fault-injection transport: at round 5,
+// rank 0's operations to rank 1 start an EAGAIN burst (PCOLL_FAULT, armed by SIGUSR1) that
+// outlasts everything else, as a send to a survivor that has left the job does. 1.5 s
+// later rank 1's next write to rank 3 is reset, so rank 1 reports rank 3 to everyone while
+// rank 0 is still stalled. When rank 0's burst fails, the failure rank 1 reported is
+// already in rank 0's queue: rank 0 must name rank 3, the root cause, not rank 1.
+constexpr int kStalledTimeoutMs = 4000;  // the handles'; the transport's burst limit is 6 s
+
+int run_stalled() {
+  pcoll_comm_t* comm = nullptr;
+  if (pcoll_init(&comm) != PCOLL_SUCCESS) return kInitFailed;
+  const int rank = pcoll_comm_rank(comm);
+  pcoll_allreduce_opts_t opts;
+  pcoll_allreduce_opts_init(&opts);
+  opts.timeout_ms = kStalledTimeoutMs;
+  pcoll_allreduce_t* h = nullptr;
+  if (pcoll_allreduce_create(comm, 4096, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, &opts, &h) != PCOLL_SUCCESS)
+    return kInitFailed;
+  std::vector<float> send(4096, 1.0f), recv(4096);
+  for (int t = 0; t < 1000; ++t) {
+    if (t == 5 && rank == 0) ::raise(SIGUSR1);
+    if (t == 5 && rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      ::raise(SIGUSR1);
+    }
+    const auto waiting_since = std::chrono::steady_clock::now();
+    const int rc = pcoll_allreduce_run(h, send.data(), recv.data(), nullptr);
+    if (rc != PCOLL_SUCCESS) {
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - waiting_since).count();
+      const std::string message = pcoll_last_error();
+      std::fprintf(stderr, "failure_check stalled rank %d: round %d failed after %.0f ms: %s\n", rank, t, ms,
+                   message.c_str());
+      pcoll_allreduce_destroy(h);
+      pcoll_finalize(comm);
+      if (rank == 3) return kReportedVictim;  // told by rank 1 that it failed; not judged
+      if (message.find("rank 3") == std::string::npos) return kWrongError;
+      return ms <= 6000 + 1000 + 2000 ? kReportedVictim : kTooSlow;
+    }
+    if (t >= 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return kNoError;
+}
+
 struct Outcome {
   int exit_code = -1;
   int signal = 0;
 };
 
-std::vector<Outcome> launch(const char* mode, const char* provider, int ranks = kRanks) {
+std::vector<Outcome> launch(const char* mode, const char* provider, int ranks = kRanks,
+                            const std::vector<std::pair<const char*, std::string>>& extra_env = {}) {
   const std::string root = "127.0.0.1:" + std::to_string(test::free_port());
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
@@ -168,6 +214,7 @@ std::vector<Outcome> launch(const char* mode, const char* provider, int ranks = 
         ::unsetenv("PCOLL_PROVIDER");  // the default: ucx:shm where UCX is built in
       ::setenv("PCOLL_TIMEOUT_MS", std::to_string(kTimeoutMs).c_str(), 1);
       ::setenv("FI_TCP_IFACE", "lo", 1);
+      for (const auto& [name, value] : extra_env) ::setenv(name, value.c_str(), 1);
       ::execl(g_self.c_str(), g_self.c_str(), "--child", mode, static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -262,6 +309,18 @@ TEST_CASE("a dead rank is named within the timeout to survivors that poll with t
   check_scenario("polling", "ofi:tcp");
 }
 
+TEST_CASE("a survivor stalled on a live peer names the failure another rank reported meanwhile") {
+  constexpr int kStalledRanks = 4;
+  const auto outcomes =
+      launch("stalled", "fault+ofi:shm", kStalledRanks,
+             {{"PCOLL_FAULT", "eagain,rank=0,peer=1,ms=600000,on=sigusr1;reset,rank=1,peer=3,on=sigusr1"},
+              {"PCOLL_TIMEOUT_MS", std::to_string(3 * kStalledTimeoutMs)}});
+  for (int r = 0; r < kStalledRanks; ++r) {
+    CAPTURE(r);
+    CHECK(outcomes[static_cast<size_t>(r)].exit_code == kReportedVictim);
+  }
+}
+
 TEST_CASE("a rank computing longer than the timeout in create, a round and destroy is waited for") {
   for (const char* provider : {"ofi:shm", "ofi:tcp"}) {
     CAPTURE(provider);
@@ -279,6 +338,7 @@ int main(int argc, char** argv) {
     const std::string mode = argv[2];
     if (mode == "straggler") return run_straggler();
     if (mode == "busy" || mode == "polling") return run_scenario(mode);
+    if (mode == "stalled") return run_stalled();
     return run_child(mode == "sync" ? PCOLL_MODE_SYNC : mode == "solo" ? PCOLL_MODE_SOLO : PCOLL_MODE_MAJORITY);
   }
   doctest::Context context;
