@@ -43,7 +43,10 @@ class StoreBootstrap final : public Bootstrap {
   void barrier() override { client_->barrier(); }
   // A failed job: rank 0 may take the store down without waiting, and the others need it
   // no more (their own final barriers then end at once, the store being gone).
-  void abandon() override { abandoned_ = true; }
+  void abandon() override {
+    abandoned_ = true;
+    if (server_) server_->abandon();
+  }
 
  private:
   bool abandoned_ = false;

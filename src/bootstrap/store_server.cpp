@@ -335,6 +335,7 @@ struct StoreServer::Impl final : Outbox {
   Fd wake_fd;
   uint16_t port = 0;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> abandoned{false};
   std::thread thread;
 
   // Everything below is touched by the server thread only.
@@ -513,13 +514,12 @@ struct StoreServer::Impl final : Outbox {
   }
 
   // Stop taking new connections; give the connected ones time to read their last answers
-  // and close their end, so nobody sees a reset instead of a result.
-  // Stop taking new connections; give the connected ones time to read their last answers
   // and close their end, so nobody sees a reset instead of a result. After a failure the
   // ranks are still answered until each leaves: one that comes to the failed collective
   // late must hear what failed, not that the store went away.
   Clock::time_point start_draining() {
-    const auto deadline = Clock::now() + std::min(config.timeout, milliseconds(5000));
+    const auto deadline = Clock::now() + (abandoned.load() ? StoreServer::kAbandonDrain
+                                                           : std::min(config.timeout, milliseconds(5000)));
     listen_fd.reset();
     for (auto& c : conns) {
       if (job.failed() && c->rank >= 0) continue;
@@ -602,6 +602,10 @@ StoreServer::StoreServer(const StoreServerConfig& config) {
 StoreServer::~StoreServer() { stop(); }
 
 uint16_t StoreServer::port() const { return impl_->port; }
+
+void StoreServer::abandon() {
+  if (impl_) impl_->abandoned.store(true);
+}
 
 void StoreServer::stop() {
   if (!impl_ || !impl_->thread.joinable()) return;

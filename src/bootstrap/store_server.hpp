@@ -36,6 +36,12 @@ class StoreServer {
   // timeout; after a failed collective, keeps answering them until they leave, so a rank
   // that comes late hears what failed) and joins the thread. Idempotent.
   void stop();
+  // The job failed outside the store (its hosting rank abandons it): stop() then gives the
+  // connected clients only kAbandonDrain to read their last answers. A rank stopped with
+  // SIGSTOP keeps its connection open and would hold the hosting rank's error back for
+  // the whole drain; nobody needs the store of a failed job any more.
+  void abandon();
+  static constexpr std::chrono::milliseconds kAbandonDrain{100};
 
   struct Impl;
 

@@ -90,6 +90,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
 
   const auto now = Clock::now();
   ping_sent_.assign(size_, std::nullopt);
+  knows_of_failure_.assign(static_cast<size_t>(size_), false);
   last_pong_.assign(size_, now);
   agreement_ = std::make_unique<Agreement>(*this);
   driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { progress_hook(); }, placement.cpu);
@@ -103,18 +104,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
 
 Comm::~Comm() {
   if (failed()) {
-    // Our failure notices may still sit in the provider (a connection being set up, a
-    // send queue): keep progressing briefly so survivors hear who failed from us rather
-    // than having to time out on us too.
-    const auto until = Clock::now() + std::chrono::milliseconds(300);
-    while (Clock::now() < until) {
-      try {
-        transport_->progress();
-      } catch (const Error&) {
-        // Errors about the failed peer are expected here; keep delivering to the others.
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    linger_after_failure();
     // Nobody waits for the others on the way out: a stopped peer would never come.
     boot_->abandon();
   }
@@ -144,6 +134,8 @@ void Comm::dispatch_locked(uint64_t value) {
       if (peer >= size_) fail(Errc::protocol, "liveness message from rank " + std::to_string(peer) + " of " + std::to_string(size_));
       if (notice.handle == kControlPing) {  // answer from the engine, whatever the application does
         transport_->notify(peer, encode(NoticeKind::liveness, kControlPong, static_cast<uint32_t>(rank_), 0));
+      } else if (notice.handle == kControlFailureAck) {
+        knows_of_failure_[static_cast<size_t>(peer)] = true;
       } else if (notice.handle == kControlAgreement) {
         if (agreement_ == nullptr) fail(Errc::protocol, "agreement message from rank " + std::to_string(peer) + " before setup ended");
         agreement_->on_arrival(peer, notice.round32);
@@ -158,6 +150,11 @@ void Comm::dispatch_locked(uint64_t value) {
     }
     case NoticeKind::failure: {
       const uint32_t culprit = notice.detail;
+      if (notice.round32 >= static_cast<uint32_t>(size_) || notice.round32 == static_cast<uint32_t>(rank_))
+        fail(Errc::protocol, "failure notice from rank " + std::to_string(notice.round32) + " of " + std::to_string(size_));
+      if (culprit != kUnknownRank && culprit >= static_cast<uint32_t>(size_))
+        fail(Errc::protocol, "failure notice naming rank " + std::to_string(culprit) + " of " + std::to_string(size_));
+      acknowledge_failure_locked(static_cast<int>(notice.round32));
       mark_failed(culprit == kUnknownRank ? -1 : static_cast<int>(culprit),
            culprit == kUnknownRank
                ? "another rank reported a failure of the job"
@@ -205,27 +202,37 @@ void Comm::drive_locked() {
 
 void Comm::fail_locked(const Error& error, std::span<const uint64_t> undelivered,
                        std::optional<int> culprit) {
-  // Failure notices that arrived before this error: the values of the batch being
-  // dispatched, then whatever the transport holds. Nothing else is delivered any more
-  // (the communicator is failing), so the rest is dropped.
+  // Evidence that came in before this error: failure notices (the values of the batch
+  // being dispatched, then whatever the transport holds) and, where this error is only a
+  // post that timed out on a full queue (the weakest evidence: the peer may merely have
+  // left after an earlier failure), a delivery error the transport found meanwhile. Nothing
+  // else is delivered any more (the communicator is failing), so the rest is dropped.
+  std::optional<Error> found;  // the first delivery error poll() threw
   auto adopt = [this](std::span<const uint64_t> values) {
     for (const uint64_t value : values)
       if (!failed() && decode(value).kind == NoticeKind::failure) dispatch_locked(value);
   };
   if (!failed()) {
-    try {
-      adopt(undelivered);
-      std::array<uint64_t, 64> values{};
-      for (size_t n = values.size(); n == values.size() && !failed();) {
-        n = transport_->poll(values);
+    adopt(undelivered);
+    std::array<uint64_t, 64> values{};
+    // poll() throws each delivery error once: a few tries get past them to the values.
+    for (int tries = 0; tries < 8 && !failed(); ++tries) {
+      try {
+        const size_t n = transport_->poll(values);
         adopt(std::span<const uint64_t>(values.data(), n));
+        if (n < values.size()) break;
+      } catch (const Error& other) {
+        if (!found) found = other;
       }
-    } catch (const Error&) {
-      // The transport has more to say about the same trouble; this rank's error stands.
     }
     if (failed()) {
       log::debug(std::string("superseded by a failure another rank reported: ") + error.what());
       check_failed();
+    }
+    if (found && error.code() == Errc::timeout && found->rank() >= 0 && found->rank() != error.rank()) {
+      log::debug(std::string("superseded by an earlier delivery error: ") + error.what());
+      mark_failed(found->rank(), found->what());
+      throw *found;
     }
   }
   mark_failed(culprit.value_or(error.rank()), error.what());
@@ -295,6 +302,7 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
     if (failed_.load(std::memory_order_relaxed)) return;
     failure_reason_ = reason;
     failure_code_ = static_cast<int>(culprit >= 0 ? Errc::peer_failed : Errc::transport);
+    failure_culprit_ = culprit;
     failed_.store(true, std::memory_order_release);
   }
   log::error(reason);
@@ -303,9 +311,11 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || r == culprit) continue;
     try {
-      transport_->notify(r, encode(NoticeKind::failure, 0, detail, 0));
+      transport_->notify(r, encode(NoticeKind::failure, 0, detail, static_cast<uint64_t>(rank_)));
     } catch (const Error&) {
-      // That peer may be gone too; the others still need to hear.
+      // That peer may be gone too; the others still need to hear. Nobody waits for its
+      // acknowledgement (linger_after_failure).
+      knows_of_failure_[static_cast<size_t>(r)] = true;
     }
   }
   // The culprit last, unless it owes us an answer (then it is presumably dead, and a send
@@ -314,13 +324,62 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
   // timing out on a partner that, failed, no longer answers.
   if (culprit >= 0 && culprit < size_ && culprit != rank_ && !ping_sent_[static_cast<size_t>(culprit)]) {
     try {
-      transport_->notify(culprit, encode(NoticeKind::failure, 0, detail, 0));
+      transport_->notify(culprit, encode(NoticeKind::failure, 0, detail, static_cast<uint64_t>(rank_)));
     } catch (const Error&) {
       // Gone indeed.
     }
   }
   transport_->wake();
   engine_moved_.notify_all();
+}
+
+void Comm::acknowledge_failure_locked(int sender) {
+  knows_of_failure_[static_cast<size_t>(sender)] = true;
+  try {
+    transport_->notify(sender, encode(NoticeKind::liveness, kControlFailureAck, static_cast<uint32_t>(rank_), 0));
+  } catch (const Error&) {
+    // The sender is gone; it did not wait for us then.
+  }
+}
+
+// A failed rank whose application leaves at once (pcoll_finalize, exit) could take its
+// failure notices with it: a provider may still hold them (libfabric's rxm buffers a message
+// to a peer it has not connected to yet). Survivors that miss them time out on this rank
+// instead and name it, not the culprit. So the notices are acknowledged, and this rank
+// progresses until every peer but the culprit acknowledged or sent a notice of its own
+// (it knows), for at most half the timeout (the transport's) and never over 2 s.
+void Comm::linger_after_failure() {
+  const auto bound = std::min<Clock::duration>(std::max(std::chrono::milliseconds(1), timeout_ / 2),
+                                               std::chrono::seconds(2));
+  const auto until = Clock::now() + bound;
+  auto everyone_knows = [this] {
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && r != failure_culprit_ && !knows_of_failure_[static_cast<size_t>(r)]) return false;
+    return true;
+  };
+  std::array<uint64_t, 64> values{};
+  for (;;) {
+    {
+      std::lock_guard lock(engine_mutex_);
+      try {
+        for (size_t n = values.size(); n == values.size();) {
+          n = transport_->poll(values);
+          for (size_t i = 0; i < n; ++i) {
+            const Notice notice = decode(values[i]);
+            const auto peer = static_cast<int>(notice.kind == NoticeKind::failure ? notice.round32 : notice.detail);
+            if (peer < 0 || peer >= size_ || peer == rank_) continue;
+            if (notice.kind == NoticeKind::failure) acknowledge_failure_locked(peer);
+            else if (notice.kind == NoticeKind::liveness && notice.handle == kControlFailureAck)
+              knows_of_failure_[static_cast<size_t>(peer)] = true;
+          }
+        }
+      } catch (const Error&) {
+        // Errors about the failed peer are expected here; keep delivering to the others.
+      }
+      if (everyone_knows() || Clock::now() >= until) return;
+    }
+    transport_->wait(std::chrono::milliseconds(1), transport::Transport::WaitFor::notification);
+  }
 }
 
 void Comm::check_failed() const {

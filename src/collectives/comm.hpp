@@ -141,6 +141,16 @@ class Comm {
   mutable std::mutex failure_mutex_;
   std::string failure_reason_;
   int failure_code_ = 0;
+  // Who knows of the failure (engine lock): peers that acknowledged our failure notice or
+  // sent us one. A failed rank lingers in its destructor until all but the culprit do.
+  int failure_culprit_ = -1;
+  std::vector<bool> knows_of_failure_;
+
+  // Engine lock held: the failure notice `notice` came from a peer; acknowledge it.
+  void acknowledge_failure_locked(int sender);
+  // In the destructor of a failed communicator: delivers our failure notices (answers
+  // theirs) until every peer but the culprit knows, or a bounded time passed.
+  void linger_after_failure();
 
   std::unique_ptr<Agreement> agreement_;
   std::unique_ptr<transport::ProgressDriver> driver_;  // last: stops first

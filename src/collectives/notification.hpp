@@ -3,7 +3,7 @@
 //   kind:2 | handle:10 | detail:20 | round:32
 // detail is the activation's root rank, a data write's (tag:8, chunk:12), the sender of a
 // control message (liveness kind; the handle field says which: ping, pong, agreement blob),
-// or a failed rank. Only the low 32 bits of a round travel: a rank is never
+// or a failed rank (a failure notice's round field carries its sender). Only the low 32 bits of a round travel: a rank is never
 // more than one round away from any in-flight value for its handle (a round cannot end
 // without every rank), so the full round is recovered relative to the receiver's own.
 #pragma once
@@ -26,6 +26,7 @@ inline constexpr uint32_t kUnknownRank = kMaxRanks;  // failure of no single kno
 inline constexpr uint32_t kControlPing = 0;
 inline constexpr uint32_t kControlPong = 1;
 inline constexpr uint32_t kControlAgreement = 2;  // an agreement blob landed (agreement.hpp)
+inline constexpr uint32_t kControlFailureAck = 3;  // a failure notice was received (comm.cpp)
 
 struct Notice {
   NoticeKind kind;

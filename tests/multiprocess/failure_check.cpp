@@ -134,8 +134,10 @@ int run_scenario(const std::string& scenario) {
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - waiting_since).count();
       const std::string message = pcoll_last_error();
-      std::fprintf(stderr, "failure_check %s rank %d: round %d failed after %.0f ms: %s\n", scenario.c_str(), rank, t,
-                   ms, message.c_str());
+      const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch()).count();
+      std::fprintf(stderr, "failure_check %s rank %d: round %d failed after %.0f ms (t=%lld ms): %s\n",
+                   scenario.c_str(), rank, t, ms, static_cast<long long>(now_ms), message.c_str());
       pcoll_allreduce_destroy(h);
       pcoll_finalize(comm);
       if (rc != PCOLL_ERR_PEER_FAILED && rc != PCOLL_ERR_TIMEOUT) return kWrongError;

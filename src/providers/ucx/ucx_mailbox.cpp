@@ -97,6 +97,9 @@ void Mailbox::attach(int peer, std::span<const std::byte> key) {
   PeerBox& box = peers_[static_cast<size_t>(peer)];
   if (box.rkey != nullptr) return;  // already attached
   const Peer& p = core_.peer(peer);
+  // A peer that failed (it died while its announcement was on the way): UCX 1.13 faults
+  // unpacking a key on the endpoint its error handler tore down.
+  if (p.failure != UCS_OK || p.ep == nullptr) return;
   try {
     const KeyView view = decode_key(key, "mailbox key from rank " + std::to_string(peer));
     const size_t expected = kRingBase + static_cast<size_t>(ranks_) * (kRingBytes + kLine);
