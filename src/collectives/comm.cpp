@@ -191,7 +191,6 @@ void Comm::drive_locked() {
       for (next = 0; next < n;) dispatch_locked(values[next++]);
       if (n < values.size()) break;
     }
-    n = next = 0;
     for (Allreduce* handle : handles_)
       if (handle != nullptr) handle->advance_locked();
   } catch (const Error& error) {
@@ -208,18 +207,14 @@ void Comm::fail_locked(const Error& error, std::span<const uint64_t> undelivered
   // left after an earlier failure), a delivery error the transport found meanwhile. Nothing
   // else is delivered any more (the communicator is failing), so the rest is dropped.
   std::optional<Error> found;  // the first delivery error poll() threw
-  auto adopt = [this](std::span<const uint64_t> values) {
-    for (const uint64_t value : values)
-      if (!failed() && decode(value).kind == NoticeKind::failure) dispatch_locked(value);
-  };
   if (!failed()) {
-    adopt(undelivered);
+    take_failure_news_locked(undelivered);
     std::array<uint64_t, 64> values{};
     // poll() throws each delivery error once: a few tries get past them to the values.
     for (int tries = 0; tries < 8 && !failed(); ++tries) {
       try {
         const size_t n = transport_->poll(values);
-        adopt(std::span<const uint64_t>(values.data(), n));
+        take_failure_news_locked(std::span<const uint64_t>(values.data(), n));
         if (n < values.size()) break;
       } catch (const Error& other) {
         if (!found) found = other;
@@ -333,6 +328,20 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
   engine_moved_.notify_all();
 }
 
+void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
+  for (const uint64_t value : values) {
+    const Notice notice = decode(value);
+    const bool news = notice.kind == NoticeKind::failure ||
+                      (notice.kind == NoticeKind::liveness && notice.handle == kControlFailureAck);
+    if (!news) continue;
+    try {
+      dispatch_locked(value);
+    } catch (const Error& error) {
+      log::debug(std::string("dropped a malformed failure message: ") + error.what());
+    }
+  }
+}
+
 void Comm::acknowledge_failure_locked(int sender) {
   knows_of_failure_[static_cast<size_t>(sender)] = true;
   try {
@@ -364,14 +373,7 @@ void Comm::linger_after_failure() {
       try {
         for (size_t n = values.size(); n == values.size();) {
           n = transport_->poll(values);
-          for (size_t i = 0; i < n; ++i) {
-            const Notice notice = decode(values[i]);
-            const auto peer = static_cast<int>(notice.kind == NoticeKind::failure ? notice.round32 : notice.detail);
-            if (peer < 0 || peer >= size_ || peer == rank_) continue;
-            if (notice.kind == NoticeKind::failure) acknowledge_failure_locked(peer);
-            else if (notice.kind == NoticeKind::liveness && notice.handle == kControlFailureAck)
-              knows_of_failure_[static_cast<size_t>(peer)] = true;
-          }
+          take_failure_news_locked(std::span<const uint64_t>(values.data(), n));
         }
       } catch (const Error&) {
         // Errors about the failed peer are expected here; keep delivering to the others.

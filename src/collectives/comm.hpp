@@ -146,7 +146,11 @@ class Comm {
   int failure_culprit_ = -1;
   std::vector<bool> knows_of_failure_;
 
-  // Engine lock held: the failure notice `notice` came from a peer; acknowledge it.
+  // Engine lock held, the communicator failing or failed: dispatches the failure notices
+  // and their acknowledgements among `values` (a malformed one is logged and skipped) and
+  // drops the rest, which nothing reads any more.
+  void take_failure_news_locked(std::span<const uint64_t> values);
+  // Engine lock held: a failure notice came from `sender`; acknowledge it.
   void acknowledge_failure_locked(int sender);
   // In the destructor of a failed communicator: delivers our failure notices (answers
   // theirs) until every peer but the culprit knows, or a bounded time passed.
