@@ -106,20 +106,37 @@ int run_straggler() {
 //  polling: every survivor drives the round with start + test.
 // Each survivor must get an error naming the dead rank within timeout + 2 s of the moment
 // it started waiting (for the busy ranks: when their computation ended).
+// The stalled scenario, P=4 over the fault-injection transport: at round 5,
+// rank 0's operations to rank 1 start an EAGAIN burst (PCOLL_FAULT, armed by SIGUSR1) that
+// outlasts everything else, as a send to a survivor that has left the job does. 1.5 s
+// later rank 1's next write to rank 3 is reset, so rank 1 reports rank 3 to everyone while
+// rank 0 is still stalled. When rank 0's burst fails, the failure rank 1 reported is
+// already in rank 0's queue: rank 0 must name rank 3, the root cause, not rank 1.
+constexpr int kStalledTimeoutMs = 4000;  // the handles'; the transport's burst limit is 6 s
+
 int run_scenario(const std::string& scenario) {
+  const bool stalled = scenario == "stalled";
+  // From the moment a survivor started waiting. Stalled: rank 0's burst (6 s) may begin up
+  // to a heartbeat period (1 s) into the round.
+  const double bound_ms = stalled ? 6000 + 1000 + 2000 : kTimeoutMs + 2000;
   pcoll_comm_t* comm = nullptr;
   if (pcoll_init(&comm) != PCOLL_SUCCESS) return kInitFailed;
   const int rank = pcoll_comm_rank(comm), size = pcoll_comm_size(comm);
   const int victim = size - 1;
   pcoll_allreduce_opts_t opts;
   pcoll_allreduce_opts_init(&opts);
-  opts.timeout_ms = kTimeoutMs;
+  opts.timeout_ms = stalled ? kStalledTimeoutMs : kTimeoutMs;
   pcoll_allreduce_t* h = nullptr;
   if (pcoll_allreduce_create(comm, 4096, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, &opts, &h) != PCOLL_SUCCESS)
     return kInitFailed;
   std::vector<float> send(4096, 1.0f), recv(4096);
   for (int t = 0; t < 1000; ++t) {
-    if (t == 5 && rank == victim) ::raise(SIGKILL);
+    if (t == 5 && stalled && rank == 0) ::raise(SIGUSR1);
+    if (t == 5 && stalled && rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      ::raise(SIGUSR1);
+    }
+    if (t == 5 && !stalled && rank == victim) ::raise(SIGKILL);
     if (t == 5 && scenario == "busy" && (rank == 1 || rank == 2))
       std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTimeoutMs));
     const auto waiting_since = std::chrono::steady_clock::now();
@@ -140,58 +157,16 @@ int run_scenario(const std::string& scenario) {
                    scenario.c_str(), rank, t, ms, static_cast<long long>(now_ms), message.c_str());
       pcoll_allreduce_destroy(h);
       pcoll_finalize(comm);
+      if (stalled && rank == victim) return kReportedVictim;  // told by rank 1 that it failed; not judged
       if (rc != PCOLL_ERR_PEER_FAILED && rc != PCOLL_ERR_TIMEOUT) return kWrongError;
       if (message.find("rank " + std::to_string(victim)) == std::string::npos) return kWrongError;
-      return ms <= kTimeoutMs + 2000 ? kReportedVictim : kTooSlow;
+      return ms <= bound_ms ? kReportedVictim : kTooSlow;
     }
     if (t >= 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return kNoError;
 }
 
-// Child rank of the stalled case, P=4 over the fault-injection transport: at round 5,
-// rank 0's operations to rank 1 start an EAGAIN burst (PCOLL_FAULT, armed by SIGUSR1) that
-// outlasts everything else, as a send to a survivor that has left the job does. 1.5 s
-// later rank 1's next write to rank 3 is reset, so rank 1 reports rank 3 to everyone while
-// rank 0 is still stalled. When rank 0's burst fails, the failure rank 1 reported is
-// already in rank 0's queue: rank 0 must name rank 3, the root cause, not rank 1.
-constexpr int kStalledTimeoutMs = 4000;  // the handles'; the transport's burst limit is 6 s
-
-int run_stalled() {
-  pcoll_comm_t* comm = nullptr;
-  if (pcoll_init(&comm) != PCOLL_SUCCESS) return kInitFailed;
-  const int rank = pcoll_comm_rank(comm);
-  pcoll_allreduce_opts_t opts;
-  pcoll_allreduce_opts_init(&opts);
-  opts.timeout_ms = kStalledTimeoutMs;
-  pcoll_allreduce_t* h = nullptr;
-  if (pcoll_allreduce_create(comm, 4096, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, &opts, &h) != PCOLL_SUCCESS)
-    return kInitFailed;
-  std::vector<float> send(4096, 1.0f), recv(4096);
-  for (int t = 0; t < 1000; ++t) {
-    if (t == 5 && rank == 0) ::raise(SIGUSR1);
-    if (t == 5 && rank == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      ::raise(SIGUSR1);
-    }
-    const auto waiting_since = std::chrono::steady_clock::now();
-    const int rc = pcoll_allreduce_run(h, send.data(), recv.data(), nullptr);
-    if (rc != PCOLL_SUCCESS) {
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - waiting_since).count();
-      const std::string message = pcoll_last_error();
-      std::fprintf(stderr, "failure_check stalled rank %d: round %d failed after %.0f ms: %s\n", rank, t, ms,
-                   message.c_str());
-      pcoll_allreduce_destroy(h);
-      pcoll_finalize(comm);
-      if (rank == 3) return kReportedVictim;  // told by rank 1 that it failed; not judged
-      if (message.find("rank 3") == std::string::npos) return kWrongError;
-      return ms <= 6000 + 1000 + 2000 ? kReportedVictim : kTooSlow;
-    }
-    if (t >= 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return kNoError;
-}
 
 struct Outcome {
   int exit_code = -1;
@@ -339,8 +314,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--child") == 0) {
     const std::string mode = argv[2];
     if (mode == "straggler") return run_straggler();
-    if (mode == "busy" || mode == "polling") return run_scenario(mode);
-    if (mode == "stalled") return run_stalled();
+    if (mode == "busy" || mode == "polling" || mode == "stalled") return run_scenario(mode);
     return run_child(mode == "sync" ? PCOLL_MODE_SYNC : mode == "solo" ? PCOLL_MODE_SOLO : PCOLL_MODE_MAJORITY);
   }
   doctest::Context context;
