@@ -191,10 +191,13 @@ void Comm::drive_locked() {
       for (next = 0; next < n;) dispatch_locked(values[next++]);
       if (n < values.size()) break;
     }
+    // A failure notice in that batch failed the communicator: no round goes on, and no
+    // post to a peer that may have left since gets the chance to fail in its own name.
+    check_failed();
     for (Allreduce* handle : handles_)
       if (handle != nullptr) handle->advance_locked();
   } catch (const Error& error) {
-    if (failed()) throw;
+    if (failed()) check_failed();  // the recorded failure, not what followed from it
     fail_locked(error, std::span<const uint64_t>(values.data() + next, n - next));
   }
 }
@@ -229,6 +232,11 @@ void Comm::fail_locked(const Error& error, std::span<const uint64_t> undelivered
       mark_failed(found->rank(), found->what());
       throw *found;
     }
+  } else {
+    // Already failed (a notice dispatched by this very call, another thread): this error
+    // follows from that failure, typically a post to a survivor that has left since.
+    log::debug(std::string("after the recorded failure: ") + error.what());
+    check_failed();
   }
   mark_failed(culprit.value_or(error.rank()), error.what());
   throw error;
