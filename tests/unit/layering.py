@@ -2,7 +2,13 @@
 with the include directories of that layer and the layers below it only (read from
 compile_commands.json), and every quoted #include in it names a header that one of those
 layers holds. A backwards include therefore cannot compile, and a meson.build that widens
-a layer's include path fails here."""
+a layer's include path fails here.
+
+A quoted #include names its header alone ("error.hpp"), never with a path
+("../support/error.hpp", "support/error.hpp"): a path resolves against the including file's
+folder or the source root, not the layers' include directories, so it would get past both
+the include directories and the check above. Every file under src/ (headers too) and every
+other source checked above is held to this; the only exception is PATH_EXCEPTIONS."""
 import json
 import os
 import re
@@ -42,6 +48,31 @@ ALLOWED = {
                                          "include"},
 }
 
+# Quoted includes that may carry a path: the public headers, which live in include/pcoll/ and
+# are included as "pcoll/<header>" through include/ (the layers allowed "include" above).
+PATH_EXCEPTIONS = re.compile(r"pcoll/[^/]+")
+
+INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"')
+
+
+def quoted_includes(path):
+    """(line number, name) of every quoted #include in the file."""
+    with open(path, errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if m:
+                yield number, m.group(1)
+
+
+def path_error(path, source_root, number, name):
+    """The message for a quoted include with a path in it, or None."""
+    if "/" not in name and ".." not in name:
+        return None
+    if PATH_EXCEPTIONS.fullmatch(name) and ".." not in name:
+        return None
+    return (f'{os.path.relpath(path, source_root)}:{number} includes "{name}" with a path: name the '
+            f"header alone, found through its layer's include directory")
+
 
 def layer_of(path, source_root):
     rel = os.path.relpath(path, source_root)
@@ -67,6 +98,7 @@ def main():
                 headers[name] = layer
     errors = []
     checked = 0
+    scanned = set()  # sources whose includes were read
     for entry in commands:
         source = os.path.normpath(os.path.join(entry["directory"], entry["file"]))
         layer = layer_of(source, source_root)
@@ -81,17 +113,26 @@ def main():
                 if rel.startswith("src") or rel == "include":
                     if rel not in allowed and not rel.endswith(".p"):
                         errors.append(f"{os.path.relpath(source, source_root)} ({layer}) is compiled with -I{rel}")
-        with open(source) as f:
-            for number, line in enumerate(f, 1):
-                m = re.match(r'#include "([^"]+)"', line)
-                if not m:
-                    continue
-                name = m.group(1)
-                owner = headers.get(os.path.basename(name)) if "/" not in name or name.startswith("pcoll/") else None
-                if name.startswith("pcoll/"):
-                    owner = "include"
-                if owner is not None and owner not in allowed:
-                    errors.append(f"{os.path.relpath(source, source_root)}:{number} ({layer}) includes {name} of {owner}")
+        scanned.add(source)
+        for number, name in quoted_includes(source):
+            error = path_error(source, source_root, number, name)
+            if error is not None:
+                errors.append(error)
+                continue
+            owner = "include" if name.startswith("pcoll/") else headers.get(name)
+            if owner is not None and owner not in allowed:
+                errors.append(f"{os.path.relpath(source, source_root)}:{number} ({layer}) includes {name} of {owner}")
+    # Headers, and sources this build does not compile (a disabled provider or bootstrap):
+    # no path in their quoted includes either.
+    for folder, _, names in os.walk(os.path.join(source_root, "src")):
+        for file_name in sorted(names):
+            path = os.path.join(folder, file_name)
+            if not file_name.endswith((".cpp", ".hpp", ".h", ".c")) or path in scanned:
+                continue
+            for number, name in quoted_includes(path):
+                error = path_error(path, source_root, number, name)
+                if error is not None:
+                    errors.append(error)
     if checked < 20:
         errors.append(f"only {checked} layer sources found in compile_commands.json: is this the right build?")
     for e in errors:
