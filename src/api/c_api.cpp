@@ -17,7 +17,6 @@
 #include "foreign_bootstrap.hpp"
 #include "pcoll/pcoll.h"
 #include "pcoll/private_bootstrap.h"
-#include "reduce_plan.hpp"
 #include "registry.hpp"
 #include "settings.hpp"
 
@@ -212,6 +211,11 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
       if (config.opts.timeout_ms == 0)
         config.opts.timeout_ms = static_cast<uint32_t>(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
       config.chunk_bytes = pcoll::settings::get_unsigned("PCOLL_CHUNK_BYTES");
+      config.pool_bytes = pcoll::settings::get_unsigned("PCOLL_POOL_BYTES");
+      if (config.pool_bytes < 2 * config.chunk_bytes)
+        pcoll::invalid_argument("PCOLL_POOL_BYTES=" + std::to_string(config.pool_bytes) +
+                                " holds less than two chunks of PCOLL_CHUNK_BYTES=" +
+                                std::to_string(config.chunk_bytes) + "; raise it or lower PCOLL_CHUNK_BYTES");
       config.rd_max_bytes = pcoll::settings::get_unsigned("PCOLL_RD_MAX_BYTES");
       if (const auto dir = pcoll::settings::get_text("PCOLL_TRACE")) {
         std::error_code error;

@@ -27,13 +27,13 @@ size_t Agreement::slot_offset(uint64_t sequence, int rank) const {
   return ((sequence & 1) * static_cast<size_t>(size_) + static_cast<size_t>(rank)) * kSlotBytes;
 }
 
-void Agreement::on_arrival(int sender, uint32_t sequence32) {
+void Agreement::on_arrival(int sender, uint64_t sequence_low) {
   if (sender < 0 || sender >= size_)
     fail(Errc::protocol, "agreement message from rank " + std::to_string(sender) + " of a job of " +
                              std::to_string(size_));
   // A live peer is at our current agreement (finished_) or one ahead: it cannot pass the
   // next one without our blob. Older ones are duplicates of what was already counted.
-  const uint64_t sequence = widen_round(sequence32, finished_);
+  const uint64_t sequence = comm_.codec().widen_sequence(sequence_low, finished_);
   if (sequence < finished_) return;
   if (sequence > finished_ + 1)
     fail(Errc::protocol, "rank " + std::to_string(sender) + " sent agreement " + std::to_string(sequence) +
@@ -60,7 +60,7 @@ std::vector<std::vector<std::byte>> Agreement::allgather(std::span<const std::by
   std::memcpy(own, &length, sizeof length);
   if (!mine.empty()) std::memcpy(own + sizeof length, mine.data(), mine.size());
   arrived_[sequence & 1][static_cast<size_t>(rank_)] = sequence + 1;
-  const uint64_t value = encode(NoticeKind::liveness, kControlAgreement, static_cast<uint32_t>(rank_), sequence);
+  const uint64_t value = comm_.codec().control(kControlAgreement, static_cast<uint32_t>(rank_), sequence);
   try {
     for (int step = 1; step < size_; ++step) {
       const int peer = (rank_ + step) % size_;  // spread the writes: not everyone to rank 0 first

@@ -42,9 +42,9 @@ class Agreement {
   std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine,
                                                 std::chrono::milliseconds timeout);
 
-  // Engine side (engine lock held): `sender`'s blob of agreement `sequence` (low 32 bits)
-  // has landed.
-  void on_arrival(int sender, uint32_t sequence32);
+  // Engine side (engine lock held): `sender`'s blob of agreement `sequence` (its low bits,
+  // NoticeCodec::sequence_bits) has landed.
+  void on_arrival(int sender, uint64_t sequence_low);
 
  private:
   static constexpr size_t kSlotBytes = kAgreementBlobBytes + sizeof(uint32_t);

@@ -50,6 +50,18 @@ bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at) {
   }
 }
 
+// Carries accumulate sums for avg: the division by P happens once, in the result.
+pcoll_op_t carry_op(pcoll_op_t op) { return op == PCOLL_OP_AVG ? PCOLL_OP_SUM : op; }
+
+bool overlap(const void* a, const void* b, size_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return bytes != 0 && x < y + bytes && y < x + bytes;
+}
+
+// Elements converted at a time when a result is handed over in place.
+constexpr size_t kScratchElems = 16384;
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -60,7 +72,7 @@ inline void cpu_relax() {
 
 // The configuration every rank must agree on, as compared at creation.
 struct Signature {
-  uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, chunk_bytes, rd_max_bytes, handle, traced;
+  uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, chunk_bytes, pool_bytes, rd_max_bytes, handle, traced;
   bool operator==(const Signature&) const = default;
 };
 // A rank's handle description at creation: its local outcome (0 or an Errc), the
@@ -77,7 +89,7 @@ std::string describe(const Signature& s) {
          op_name(static_cast<pcoll_op_t>(s.op)) + " mode=" + std::to_string(s.mode) +
          " late=" + std::to_string(s.late) + " max_lag=" + std::to_string(s.max_lag) +
          " sync_every=" + std::to_string(s.sync_every) + " seed=" + std::to_string(s.seed) +
-         " chunk_bytes=" + std::to_string(s.chunk_bytes) +
+         " chunk_bytes=" + std::to_string(s.chunk_bytes) + " pool_bytes=" + std::to_string(s.pool_bytes) +
          " rd_max_bytes=" + std::to_string(s.rd_max_bytes) + " handle=" + std::to_string(s.handle) +
          " traced=" + std::to_string(s.traced) + " (PCOLL_TRACE)";
 }
@@ -85,7 +97,7 @@ std::string describe(const Signature& s) {
 }  // namespace
 
 Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config, const std::string& invalid_argument_here)
-    : comm_(comm), transport_(comm.transport()), config_(config) {
+    : comm_(comm), transport_(comm.transport()), codec_(comm.codec()), config_(config) {
   rank_ = comm.rank();
   size_ = comm.size();
   // Everything that can fail on one rank alone is settled before the collective part and
@@ -118,7 +130,7 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config, const std::strin
   const Signature mine{config.count, static_cast<uint64_t>(config.dtype),
                        static_cast<uint64_t>(config.op), static_cast<uint64_t>(config.mode),
                        static_cast<uint64_t>(config.opts.late), config.opts.max_lag,
-                       config.opts.sync_every, config.opts.seed, config.chunk_bytes,
+                       config.opts.sync_every, config.opts.seed, config.chunk_bytes, config.pool_bytes,
                        config.rd_max_bytes, id_, config.trace_dir.empty() ? 0u : 1u};
   const transport::Bytes key = status == 0 ? region_->remote_key() : transport::Bytes{};
   const std::string_view payload_text = status == 0 ? std::string_view{} : std::string_view{problem};
@@ -213,9 +225,14 @@ void Allreduce::prepare() {
   // The threshold is about the caller's vector: a 64 KiB gradient stays on recursive
   // doubling at the default, whatever the 2P flag elements add.
   const ReduceAlgorithm algorithm = choose_algorithm(size_, acc_bytes(config.count), config.rd_max_bytes);
-  plan_ = make_plan(algorithm, size_, rank_, total_elems_,
-                    chunk_elems_for(total_elems_, config.chunk_bytes, acc_elem_bytes_));
-  if (plan_.tag_count > kMaxSlots) fail(Errc::unsupported, "too many ranks for one reduction plan");
+  const size_t chunk_elems = chunk_elems_for(total_elems_, config.chunk_bytes, acc_elem_bytes_, codec_.max_chunks());
+  // The landing pool of one exchange: PCOLL_POOL_BYTES worth of chunks, at least two.
+  const size_t pool_chunks = std::max<size_t>(2, config.pool_bytes / acc_bytes(chunk_elems));
+  plan_ = make_plan(algorithm, size_, rank_, total_elems_, chunk_elems, pool_chunks);
+  if (plan_.tag_count > codec_.max_tags())
+    fail(Errc::unsupported, "a reduction plan over " + std::to_string(size_) + " ranks needs " +
+                                std::to_string(plan_.tag_count) + " exchange tags; " + codec_.describe() +
+                                " number at most " + std::to_string(codec_.max_tags()));
   // A last step that receives and reduces the whole vector (recursive doubling without a
   // fold-in post step) produces final values chunk by chunk: they are converted into the
   // application's buffer while still in cache instead of in a second pass at the end.
@@ -225,17 +242,27 @@ void Allreduce::prepare() {
     if (step.reduces() && step.recv->offset == 0 && step.recv->count == total_elems_) final_step_ = i;
     break;
   }
+  send_step_of_tag_.assign(plan_.tag_count, -1);
+  for (size_t i = 0; i < plan_.steps.size(); ++i)
+    if (plan_.steps[i].sends()) send_step_of_tag_[plan_.steps[i].tag] = static_cast<int>(i);
+  credit_.assign(plan_.tag_count, 0);
+  sent_.assign(plan_.tag_count, 0);
 
+  // Registered: what peers write into, the work buffer and the landing pool. The carry and
+  // late callers' results need no registration and exist only while needed.
   work_bytes_ = (acc_bytes(total_elems_) + 63) / 64 * 64;
-  slot_bytes_ = (acc_bytes(plan_.landing_elems()) + 63) / 64 * 64;
-  region_ = transport_.allocate(2 * work_bytes_ + 2 * slot_bytes_);
+  landing_bytes_ = (acc_bytes(plan_.landing_elems()) + 63) / 64 * 64;
+  region_ = transport_.allocate(work_bytes_ + landing_bytes_);
+  // Room to hand a result over in place (recvbuf == sendbuf) a piece at a time.
+  scratch_.resize(acc_bytes(std::min(config.count, kScratchElems)));
 
-  carry_.resize(acc_bytes(config.count));
-  fill_identity(config.dtype, config.op, carry_.data(), config.count);
   for (auto& per_parity : arrivals_) {
     per_parity.resize(plan_.tag_count);
-    for (const Step& step : plan_.steps)
-      if (step.receives()) per_parity[step.tag].seen.assign(step.recv->chunk_count(), 0);
+    for (const Step& step : plan_.steps) {
+      if (!step.receives()) continue;
+      per_parity[step.tag].seen.assign(step.recv->chunk_count(), 0);
+      per_parity[step.tag].done.assign(step.recv->chunk_count(), 0);
+    }
   }
   ring_.resize(static_cast<size_t>(config.opts.max_lag) + 2);
   late_by_round_.assign(ring_.size(), false);
@@ -247,7 +274,7 @@ void Allreduce::prepare() {
   late_run_.assign(ranks, 0);
   if (!config.trace_dir.empty()) trace_ = std::make_unique<RoundTrace>(config.trace_dir, config.trace_clock_skew_ns);
   stats_.registered_bytes = region_->bytes().size();
-  stats_.memory_bytes = stats_.registered_bytes + carry_.size();
+  stats_.memory_bytes = stats_.registered_bytes + scratch_.size();
 }
 
 Allreduce::~Allreduce() {
@@ -288,14 +315,6 @@ void Allreduce::write_trace() noexcept {
   }
 }
 
-std::byte* Allreduce::work(uint64_t round) const {
-  return region_->bytes().data() + (round & 1) * work_bytes_;
-}
-
-std::byte* Allreduce::slots(uint64_t round) const {
-  return region_->bytes().data() + 2 * work_bytes_ + (round & 1) * slot_bytes_;
-}
-
 // --- Round kinds and the conditions to join ---------------------------------------------
 
 bool Allreduce::is_sync_round(uint64_t round) const {
@@ -327,7 +346,7 @@ bool Allreduce::can_join(uint64_t round) {
 
 void Allreduce::initiate(uint64_t round) {
   for (const int child : activation::tree_children(rank_, rank_, size_))
-    transport_.notify(child, encode(NoticeKind::activation, id_, static_cast<uint32_t>(rank_), round));
+    transport_.notify(child, codec_.activation(id_, static_cast<uint32_t>(rank_), round));
   activated_ = std::max(activated_, round + 1);
   initiated_current_ = true;
   trace(TraceEvent::activation_sent, round, rank_);
@@ -336,28 +355,34 @@ void Allreduce::initiate(uint64_t round) {
 // --- Engine side --------------------------------------------------------------------------
 
 void Allreduce::on_notice(const Notice& notice) {
-  if (notice.kind == NoticeKind::activation) {
-    const int root = static_cast<int>(notice.detail);
-    if (root >= size_)
-      fail(Errc::protocol, "activation for handle " + std::to_string(id_) + " names root rank " +
-                               std::to_string(root) + " of a job of " + std::to_string(size_));
-    const uint64_t round = widen_round(notice.round32, joined_);
-    // Forward every (round, root) along root's tree even when already joined: ranks below
-    // may have heard from no other root.
-    for (const int child : activation::tree_children(rank_, root, size_))
-      transport_.notify(child, encode(NoticeKind::activation, id_, static_cast<uint32_t>(root), round));
-    if (round > joined_ + 1)
-      fail(Errc::protocol, "activation for round " + std::to_string(round) + " of handle " +
-                               std::to_string(id_) + " while this rank is at round " +
-                               std::to_string(joined_));
-    activated_ = std::max(activated_, round + 1);
-    trace(TraceEvent::activation_received, round, root);
-    return;
+  switch (notice.kind) {
+    case NoticeKind::data: return on_data(notice);
+    case NoticeKind::credit: return on_credit(notice);
+    case NoticeKind::activation: break;
+    default: fail(Errc::internal, "a control message was routed to allreduce handle " + std::to_string(id_));
   }
-  // Data: new only for the active round or the next one. A notice for a completed round
-  // can only be a duplicate of one already counted (no peer writes a round it finished
-  // before we did): ignored.
-  const uint64_t round = widen_round(notice.round32, completed_);
+  const int root = static_cast<int>(notice.rank);
+  if (root >= size_)
+    fail(Errc::protocol, "activation for handle " + std::to_string(id_) + " names root rank " +
+                             std::to_string(root) + " of a job of " + std::to_string(size_));
+  const uint64_t round = codec_.widen_round(notice.round, joined_);
+  // Forward every (round, root) along root's tree even when already joined: ranks below
+  // may have heard from no other root.
+  for (const int child : activation::tree_children(rank_, root, size_))
+    transport_.notify(child, codec_.activation(id_, static_cast<uint32_t>(root), round));
+  if (round > joined_ + 1)
+    fail(Errc::protocol, "activation for round " + std::to_string(round) + " of handle " +
+                             std::to_string(id_) + " while this rank is at round " +
+                             std::to_string(joined_));
+  activated_ = std::max(activated_, round + 1);
+  trace(TraceEvent::activation_received, round, root);
+}
+
+void Allreduce::on_data(const Notice& notice) {
+  // New only for the active round or the next one. A notice for a completed round can
+  // only be a duplicate of one already counted (no peer writes a round it finished before
+  // we did): ignored.
+  const uint64_t round = codec_.widen_round(notice.round, completed_);
   if (round < completed_) {
     ++duplicates_;
     return;
@@ -366,13 +391,13 @@ void Allreduce::on_notice(const Notice& notice) {
     fail(Errc::protocol, "data for round " + std::to_string(round) + " of handle " +
                              std::to_string(id_) + " while this rank is at round " +
                              std::to_string(completed_));
-  const uint32_t tag = notice.tag();
+  const uint32_t tag = notice.tag;
   if (tag >= plan_.tag_count)
     fail(Errc::protocol, "data for handle " + std::to_string(id_) + " with exchange tag " +
                              std::to_string(tag) + " (this plan has " +
                              std::to_string(plan_.tag_count) + ")");
   Arrivals& arrivals = arrivals_[round & 1][tag];
-  const uint32_t chunk = notice.chunk();
+  const uint32_t chunk = notice.chunk;
   if (chunk >= arrivals.seen.size())
     fail(Errc::protocol, "chunk " + std::to_string(chunk) + " of exchange " + std::to_string(tag) +
                              " of handle " + std::to_string(id_) + " has only " +
@@ -383,6 +408,30 @@ void Allreduce::on_notice(const Notice& notice) {
   }
   arrivals.seen[chunk] = 1;
   arrivals.order.push_back(chunk);
+  ++epoch_;
+}
+
+// The receiver of our sends into one of its landing slots reduced chunks below
+// `chunk` of round `round`: those positions may be written again.
+void Allreduce::on_credit(const Notice& notice) {
+  const uint32_t tag = notice.tag;
+  const int index = tag < send_step_of_tag_.size() ? send_step_of_tag_[tag] : -1;
+  if (index < 0 || plan_.steps[static_cast<size_t>(index)].send->lands_in_result())
+    fail(Errc::protocol, "credit for exchange " + std::to_string(tag) + " of handle " + std::to_string(id_) +
+                             ", which sends nothing into a landing slot from this rank");
+  const Transfer& send = *plan_.steps[static_cast<size_t>(index)].send;
+  const uint64_t round = codec_.widen_round(notice.round, completed_);
+  if (notice.chunk >= send.chunk_count())
+    fail(Errc::protocol, "credit for chunk " + std::to_string(notice.chunk) + " of exchange " +
+                             std::to_string(tag) + " of handle " + std::to_string(id_) + ", which has " +
+                             std::to_string(send.chunk_count()) + " chunks");
+  const uint64_t reduced = send.sequence(round, notice.chunk);
+  if (reduced > sent_[tag])
+    fail(Errc::protocol, "credit for " + std::to_string(reduced) + " chunks of exchange " + std::to_string(tag) +
+                             " of handle " + std::to_string(id_) + ", of which this rank sent " +
+                             std::to_string(sent_[tag]));
+  if (reduced <= credit_[tag]) return;  // a duplicate, or overtaken by a later credit
+  credit_[tag] = reduced;
   ++epoch_;
 }
 
@@ -400,27 +449,31 @@ void Allreduce::advance_locked() {
 }
 
 void Allreduce::join(uint64_t round) {
-  // Our writes of two rounds ago may still read this parity's work buffer; writes up to
-  // the inject size were copied when posted, larger ones must complete first.
-  if (large_writes_pending_) {
-    transport_.flush();
-    large_writes_pending_ = false;
-  }
-  std::byte* acc = work(round);
+  // A result the application has not collected yet moves out of the work buffer now.
+  if (work_holds_ == WorkHolds::result) move_result_out();
+  settle_sends();
+  std::byte* acc = work();
   const size_t count = config_.count;
   const bool fresh = posted_ && posted_->round == round;
   const bool flush = fresh && posted_->flush;
+  // The contribution: the carry (in the work buffer already, or spilled), plus the sendbuf
+  // when the application posted this round in time.
+  const bool had_carry = carry_in_work_ || !spill_.empty();
   if (fresh && !flush) {
-    to_accumulator(config_.dtype, posted_->sendbuf, acc, count);
-    if (!carry_empty_) reduce_into(config_.dtype, config_.op, acc, carry_.data(), count);
-  } else if (count > 0) {
-    std::memcpy(acc, carry_.data(), acc_bytes(count));
+    if (carry_in_work_) {
+      reduce_user_into(config_.dtype, carry_op(config_.op), acc, posted_->sendbuf, count);
+    } else {
+      to_accumulator(config_.dtype, posted_->sendbuf, acc, count);
+    }
+  } else if (!carry_in_work_) {
+    fill_identity(config_.dtype, config_.op, acc, count);
   }
-  const bool carry_was_empty = carry_empty_;
-  if (!carry_empty_) {
-    fill_identity(config_.dtype, config_.op, carry_.data(), count);
-    carry_empty_ = true;
+  if (!spill_.empty()) {
+    reduce_into(config_.dtype, config_.op, acc, spill_.data(), count);
+    release(spill_);
   }
+  carry_in_work_ = false;
+  work_holds_ = WorkHolds::round;
   std::byte* flags = acc + acc_bytes(count);
   std::memset(flags, 0, acc_bytes(2 * static_cast<size_t>(size_)));
   const double mark = flag_mark(config_.op);
@@ -430,33 +483,101 @@ void Allreduce::join(uint64_t round) {
   active_flush_ = flush;
   trace(TraceEvent::join, round, fresh ? 1 : 0);
   step_traced_ = false;
-  if (flush && !carry_was_empty) ++stats_.flushes_carried;
+  if (flush && had_carry) ++stats_.flushes_carried;
   step_ = 0;
-  sent_ = false;
-  flushed_ = false;
+  posted_chunks_ = 0;
+  settled_chunks_ = 0;
   processed_ = 0;
+  deferred_.clear();
   early_delivered_ = 0;
   ++joined_;
   ++epoch_;
 }
 
-void Allreduce::post_sends(const Step& step) {
+bool Allreduce::post_sends(const Step& step) {
   const uint64_t round = completed_;
   const Transfer& send = *step.send;
-  const transport::RemoteRegion& peer = *peers_[step.peer];
-  // Byte offsets in the registered region, the same on both ends (allreduce.hpp: region_).
-  const size_t work_base = (round & 1) * work_bytes_;
-  const size_t landing_base = 2 * work_bytes_ + (round & 1) * slot_bytes_;
-  if (acc_bytes(send.chunk(0).count) > transport_.capabilities().inject_bytes) large_writes_pending_ = true;
   const size_t chunks = send.chunk_count();
-  for (size_t i = 0; i < chunks; ++i) {
-    const Chunk chunk = send.chunk(i);
-    const size_t target = send.lands_in_result() ? work_base + acc_bytes(chunk.offset)
-                                                 : landing_base + acc_bytes(chunk.landing_offset);
-    transport_.write_notify(*region_, work_base + acc_bytes(chunk.offset), peer, target, acc_bytes(chunk.count),
-                            encode_data(id_, step.tag, chunk.index, round));
+  if (posted_chunks_ == chunks) return true;
+  const transport::RemoteRegion& peer = *peers_[step.peer];
+  // A chunk that lands in the peer's slot may go once its ring position is free: every
+  // chunk of round - 2 is reduced there (reduce_plan.hpp, Transfer), and whatever the
+  // peer's credits say beyond that.
+  uint64_t free_below = UINT64_MAX;
+  if (!send.lands_in_result()) {
+    const uint64_t reduced = std::max<uint64_t>(round == 0 ? 0 : send.sequence(round - 1, 0), credit_[step.tag]);
+    free_below = reduced + send.slot_depth;
+  }
+  if (acc_bytes(send.chunk(0).count) > transport_.capabilities().inject_bytes) large_writes_pending_ = true;
+  for (; posted_chunks_ < chunks; ++posted_chunks_) {
+    if (send.sequence(round, posted_chunks_) >= free_below) break;
+    const Chunk chunk = send.chunk(posted_chunks_);
+    const size_t target = send.lands_in_result() ? acc_bytes(chunk.offset)
+                                                 : work_bytes_ + acc_bytes(send.landing_offset(round, chunk.index));
+    transport_.write_notify(*region_, acc_bytes(chunk.offset), peer, target, acc_bytes(chunk.count),
+                            codec_.data(id_, step.tag, chunk.index, round));
     stats_.bytes_written += acc_bytes(chunk.count);
   }
+  if (!send.lands_in_result()) sent_[step.tag] = send.sequence(round, posted_chunks_);
+  return posted_chunks_ == chunks;
+}
+
+// Handles the chunks of this step that arrived: reduces those that land in a slot (each
+// once its range is no longer the source of our own send), counts those that land in the
+// result, and tells a windowed sender which positions are free again.
+bool Allreduce::reduce_arrivals(const Step& step) {
+  const uint64_t round = completed_;
+  const Transfer& recv = *step.recv;
+  Arrivals& arrivals = arrivals_[round & 1][step.tag];
+  const size_t chunks = recv.chunk_count();
+  if (arrivals.handled == chunks) return true;
+  if (recv.lands_in_result()) {
+    arrivals.handled = arrivals.order.size();
+    return arrivals.handled == chunks;
+  }
+  // Recursive doubling reduces the range it sends: chunk c only after our chunk c went,
+  // and, above the inject size, completed.
+  const bool own_source = step.sends() && ranges_overlap(*step.send, recv);
+  const bool large = acc_bytes(recv.chunk(0).count) > transport_.capabilities().inject_bytes;
+  const size_t before = arrivals.handled;
+  const auto try_reduce = [&](uint32_t c) {
+    if (own_source) {
+      if (c >= posted_chunks_) return false;
+      if (large && c >= settled_chunks_) {
+        transport_.flush();
+        settled_chunks_ = posted_chunks_;
+        large_writes_pending_ = false;
+      }
+    }
+    const Chunk chunk = recv.chunk(c);
+    reduce_into(config_.dtype, config_.op, work() + acc_bytes(chunk.offset),
+                landing() + acc_bytes(recv.landing_offset(round, c)), chunk.count);
+    if (step_ == final_step_) deliver_chunk(round, chunk.offset, chunk.count);
+    arrivals.done[c] = 1;
+    while (arrivals.prefix < chunks && arrivals.done[arrivals.prefix]) ++arrivals.prefix;
+    ++arrivals.handled;
+    return true;
+  };
+  if (!deferred_.empty())
+    std::erase_if(deferred_, [&](uint32_t c) { return try_reduce(c); });
+  for (; processed_ < arrivals.order.size(); ++processed_) {
+    const uint32_t c = arrivals.order[processed_];
+    if (!try_reduce(c)) deferred_.push_back(c);
+  }
+  if (arrivals.handled != before && recv.windowed()) send_credit(step, arrivals.handled == chunks);
+  return arrivals.handled == chunks;
+}
+
+// Credits go out a quarter ring at a time, and when the round's chunks are all reduced
+// (then the sender may fill the ring with the next round's).
+void Allreduce::send_credit(const Step& step, bool finished) {
+  Arrivals& arrivals = arrivals_[completed_ & 1][step.tag];
+  const size_t quarter = std::max<size_t>(1, step.recv->slot_depth / 4);
+  if (!finished && arrivals.prefix - arrivals.credited < quarter) return;
+  arrivals.credited = arrivals.prefix;
+  const uint64_t value = finished ? codec_.credit(id_, step.tag, 0, completed_ + 1)
+                                  : codec_.credit(id_, step.tag, static_cast<uint32_t>(arrivals.prefix), completed_);
+  transport_.notify(step.peer, value);
 }
 
 bool Allreduce::run_steps() {
@@ -467,50 +588,16 @@ bool Allreduce::run_steps() {
       trace(TraceEvent::step_start, round, static_cast<int32_t>(step_));
       step_traced_ = true;
     }
-    if (step.sends() && !sent_) {
-      post_sends(step);
-      sent_ = true;
-    }
-    if (step.receives()) {
-      const Transfer& recv = *step.recv;
-      const bool reduces = !recv.lands_in_result();
-      const auto& arrived = arrivals_[round & 1][step.tag].order;
-      const size_t chunks = recv.chunk_count();
-      if (reduces && processed_ < arrived.size() && !flushed_ && step.sends() &&
-          ranges_overlap(*step.send, recv) &&
-          acc_bytes(step.send->count) > transport_.capabilities().inject_bytes) {
-        // The range we are about to reduce into is still the source of our own write.
-        transport_.flush();
-        flushed_ = true;
-        large_writes_pending_ = false;
-      }
-      while (processed_ < arrived.size()) {
-        const uint32_t c = arrived[processed_];
-        if (c >= chunks)
-          fail(Errc::protocol, "chunk " + std::to_string(c) + " of exchange " +
-                                   std::to_string(step.tag) + " has only " +
-                                   std::to_string(chunks) + " chunks");
-        if (reduces) {
-          const Chunk chunk = recv.chunk(c);
-          reduce_into(config_.dtype, config_.op, work(round) + acc_bytes(chunk.offset),
-                      slots(round) + acc_bytes(chunk.landing_offset), chunk.count);
-          if (step_ == final_step_) deliver_chunk(round, chunk.offset, chunk.count);
-        }
-        ++processed_;
-      }
-      if (processed_ < chunks) return false;
-      if (arrived.size() > chunks)
-        fail(Errc::protocol, "exchange " + std::to_string(step.tag) + " of round " +
-                                 std::to_string(round) + " received " +
-                                 std::to_string(arrived.size()) + " chunks, expected " +
-                                 std::to_string(chunks));
-    }
+    const bool sent = !step.sends() || post_sends(step);
+    const bool received = !step.receives() || reduce_arrivals(step);
+    if (!sent || !received) return false;
     trace(TraceEvent::step_end, round, static_cast<int32_t>(step_));
     step_traced_ = false;
     ++step_;
-    sent_ = false;
-    flushed_ = false;
+    posted_chunks_ = 0;
+    settled_chunks_ = 0;
     processed_ = 0;
+    deferred_.clear();
     ++epoch_;
   }
   return true;
@@ -518,15 +605,19 @@ bool Allreduce::run_steps() {
 
 void Allreduce::deliver_chunk(uint64_t round, size_t first, size_t elems) {
   if (!posted_ || posted_->round != round || posted_->delivered || posted_->recvbuf == nullptr) return;
+  // A late sendbuf in the same memory still has to go into the carry at completion.
+  if (pending_late_ != nullptr &&
+      overlap(pending_late_, posted_->recvbuf, user_elem_bytes_ * config_.count))
+    return;
   if (first >= config_.count) return;  // the flag elements stay in the work buffer
   const size_t n = std::min(elems, config_.count - first);
-  from_accumulator(config_.dtype, config_.op, size_, work(round) + acc_bytes(first),
+  from_accumulator(config_.dtype, config_.op, size_, work() + acc_bytes(first),
                    static_cast<std::byte*>(posted_->recvbuf) + user_elem_bytes_ * first, n);
   early_delivered_ += n;
 }
 
 void Allreduce::fill_info(uint64_t round, RoundInfo& info) {
-  const std::byte* flags = work(round) + acc_bytes(config_.count);
+  const std::byte* flags = work() + acc_bytes(config_.count);
   info.round = round;
   info.fresh = 0;
   info.initiator = -1;
@@ -551,7 +642,7 @@ void Allreduce::fill_info(uint64_t round, RoundInfo& info) {
 void Allreduce::complete_round() {
   const uint64_t round = completed_;
   Completed& slot = ring_[round % ring_.size()];
-  // The ring holds max_lag + 2 results; bounded lag keeps the engine within max_lag + 1
+  // The ring holds max_lag + 2 rounds; bounded lag keeps the engine within max_lag + 1
   // rounds of the application, so the slot's previous round has been handed over.
   const bool still_needed = slot.round != UINT64_MAX &&
                             (slot.round >= app_next_ || (posted_ && posted_->round == slot.round));
@@ -561,21 +652,20 @@ void Allreduce::complete_round() {
   fill_info(round, slot.info);
   count_round(slot.info);
   trace(TraceEvent::complete, round, slot.info.initiator, slot.info.fresh);
-  const std::byte* acc = work(round);
-  if (posted_ && posted_->round == round && !posted_->delivered) {
-    if (posted_->recvbuf != nullptr && early_delivered_ != config_.count)
-      from_accumulator(config_.dtype, config_.op, size_, acc, posted_->recvbuf, config_.count);
-    posted_->delivered = true;
-    slot.result.clear();
-  } else {
-    if (slot.result.capacity() == 0) stats_.memory_bytes += user_elem_bytes_ * config_.count;
-    slot.result.resize(user_elem_bytes_ * config_.count);
-    from_accumulator(config_.dtype, config_.op, size_, acc, slot.result.data(), config_.count);
-  }
   for (Arrivals& tag : arrivals_[round & 1]) tag.clear();
   initiated_current_ = false;
   ++completed_;
   ++epoch_;
+  // The application waits for this round: the result goes straight into its buffer (and
+  // a late sendbuf it posted meanwhile into the carry). Otherwise it stays in the work
+  // buffer for the application to collect.
+  work_holds_ = WorkHolds::result;
+  if (posted_ && posted_->round == round) {
+    const void* late = pending_late_;
+    pending_late_ = nullptr;
+    hand_over_result(posted_->recvbuf, late);
+    posted_->delivered = true;
+  }
 }
 
 void Allreduce::count_round(const RoundInfo& info) {
@@ -605,12 +695,82 @@ void Allreduce::stats(AllreduceStats& out) const {
 
 // --- Application side ---------------------------------------------------------------------
 
-void Allreduce::add_late_sendbuf(const void* sendbuf) {
-  if (config_.opts.late == PCOLL_LATE_DROP || config_.count == 0) return;
-  const pcoll_op_t carry_op = config_.op == PCOLL_OP_AVG ? PCOLL_OP_SUM : config_.op;
-  reduce_user_into(config_.dtype, carry_op, carry_.data(), sendbuf, config_.count);
-  carry_empty_ = false;
+// --- The carry and the results -----------------------------------------------------------
+
+void Allreduce::settle_sends() {
+  if (!large_writes_pending_) return;
+  transport_.flush();
+  large_writes_pending_ = false;
 }
+
+void Allreduce::release(std::vector<std::byte>& buffer) {
+  count_memory(-static_cast<std::ptrdiff_t>(buffer.capacity()));
+  std::vector<std::byte>().swap(buffer);
+}
+
+// The work buffer holds the result of round completed_ - 1: converted into `recvbuf`
+// (what early delivery has not written yet), and the work buffer becomes the carry, with
+// `late_sendbuf` in it if the application posted that round late. recvbuf may be
+// late_sendbuf: then each piece of the sendbuf is read before its result is written.
+void Allreduce::hand_over_result(void* recvbuf, const void* late_sendbuf) {
+  const size_t count = config_.count;
+  if (config_.opts.late == PCOLL_LATE_DROP) late_sendbuf = nullptr;
+  auto* out = static_cast<std::byte*>(recvbuf);
+  const auto* in = static_cast<const std::byte*>(late_sendbuf);
+  if (late_sendbuf != nullptr && count > 0) settle_sends();  // the carry overwrites the work buffer
+  if (late_sendbuf == nullptr || count == 0) {
+    if (out != nullptr && early_delivered_ != count)
+      from_accumulator(config_.dtype, config_.op, size_, work(), out, count);
+  } else if (!overlap(in, out, user_elem_bytes_ * count)) {
+    if (out != nullptr && early_delivered_ != count)
+      from_accumulator(config_.dtype, config_.op, size_, work(), out, count);
+    to_accumulator(config_.dtype, late_sendbuf, work(), count);
+  } else {
+    const size_t piece = scratch_.size() / acc_elem_bytes_;
+    for (size_t first = 0; first < count; first += piece) {
+      const size_t n = std::min(piece, count - first);
+      to_accumulator(config_.dtype, in + user_elem_bytes_ * first, scratch_.data(), n);
+      from_accumulator(config_.dtype, config_.op, size_, work() + acc_bytes(first), out + user_elem_bytes_ * first, n);
+      std::memcpy(work() + acc_bytes(first), scratch_.data(), acc_bytes(n));
+    }
+  }
+  carry_in_work_ = late_sendbuf != nullptr && count > 0;
+  work_holds_ = WorkHolds::carry;
+}
+
+// The engine needs the work buffer for the next round while the application has not
+// collected the previous one (it lags, which max_lag >= 2 allows): that result moves out.
+void Allreduce::move_result_out() {
+  Completed& slot = ring_[(completed_ - 1) % ring_.size()];
+  slot.result.resize(user_elem_bytes_ * config_.count);
+  count_memory(static_cast<std::ptrdiff_t>(slot.result.capacity()));
+  from_accumulator(config_.dtype, config_.op, size_, work(), slot.result.data(), config_.count);
+  carry_in_work_ = false;
+  work_holds_ = WorkHolds::carry;
+}
+
+// A late sendbuf whose round is over: into the carry, in the work buffer when that holds
+// the carry, else spilled until the next join.
+void Allreduce::add_to_carry(const void* sendbuf) {
+  if (config_.opts.late == PCOLL_LATE_DROP || config_.count == 0) return;
+  const size_t count = config_.count;
+  if (work_holds_ == WorkHolds::carry) {
+    settle_sends();
+    if (carry_in_work_) reduce_user_into(config_.dtype, carry_op(config_.op), work(), sendbuf, count);
+    else to_accumulator(config_.dtype, sendbuf, work(), count);
+    carry_in_work_ = true;
+    return;
+  }
+  if (spill_.empty()) {
+    spill_.resize(acc_bytes(count));
+    count_memory(static_cast<std::ptrdiff_t>(spill_.capacity()));
+    to_accumulator(config_.dtype, sendbuf, spill_.data(), count);
+  } else {
+    reduce_user_into(config_.dtype, carry_op(config_.op), spill_.data(), sendbuf, count);
+  }
+}
+
+// --- Application side ---------------------------------------------------------------------
 
 void Allreduce::start(const void* sendbuf, void* recvbuf) {
   if (sendbuf == nullptr && config_.count > 0)
@@ -624,13 +784,25 @@ void Allreduce::start(const void* sendbuf, void* recvbuf) {
                                   " is still outstanding; call pcoll_allreduce_wait first");
   const uint64_t round = app_next_++;
   posted_ = Posted{round, sendbuf, recvbuf, round < joined_, false, false};
-  if (posted_->late) add_late_sendbuf(sendbuf);
   trace(TraceEvent::post, round, posted_->late ? 1 : 0);
-  if (round < completed_) {
-    // The round already completed without us: hand over its buffered result now.
+  if (round == completed_ && round < joined_) {
+    // The active round started without us: our sendbuf joins the carry once it completes
+    // (until then the round is outstanding, so the buffer stays ours).
+    pending_late_ = sendbuf;
+  } else if (round < completed_) {
+    // The round already completed without us: hand over its result now.
     const Completed& slot = ring_[round % ring_.size()];
     if (slot.round != round) fail(Errc::internal, "result of round " + std::to_string(round) + " was overwritten");
-    if (recvbuf != nullptr && !slot.result.empty()) std::memcpy(recvbuf, slot.result.data(), slot.result.size());
+    if (work_holds_ == WorkHolds::result && round + 1 == completed_) {
+      hand_over_result(recvbuf, sendbuf);
+    } else {
+      Completed& moved = ring_[round % ring_.size()];
+      if (moved.result.size() != user_elem_bytes_ * config_.count)
+        fail(Errc::internal, "result of round " + std::to_string(round) + " is neither buffered nor in the work buffer");
+      add_to_carry(sendbuf);  // first: recvbuf may be sendbuf
+      if (recvbuf != nullptr && !moved.result.empty()) std::memcpy(recvbuf, moved.result.data(), moved.result.size());
+      release(moved.result);
+    }
     posted_->delivered = true;
   }
   comm_.drive_locked();
@@ -642,8 +814,7 @@ bool Allreduce::deliver_if_ready_locked(RoundInfo* info) {
   if (completed_ <= round) return false;
   const Completed& slot = ring_[round % ring_.size()];
   if (slot.round != round) fail(Errc::internal, "result of round " + std::to_string(round) + " was overwritten");
-  if (!posted_->delivered && posted_->recvbuf != nullptr && !slot.result.empty())
-    std::memcpy(posted_->recvbuf, slot.result.data(), slot.result.size());
+  if (!posted_->delivered) fail(Errc::internal, "round " + std::to_string(round) + " completed undelivered");
   if (info != nullptr) {
     *info = slot.info;
     if (posted_->flush) info->caller_late = false;

@@ -59,6 +59,7 @@ struct AllreduceConfig {
   pcoll_mode_t mode = PCOLL_MODE_SYNC;
   pcoll_allreduce_opts_t opts{};
   size_t chunk_bytes = 0;         // pipelining chunk of large steps
+  size_t pool_bytes = 0;          // landing pool per incoming exchange (PCOLL_POOL_BYTES)
   size_t rd_max_bytes = 0;        // recursive doubling up to this many bytes, then Rabenseifner
   std::string trace_dir;          // PCOLL_TRACE; empty: no round trace
   int64_t trace_clock_skew_ns = 0;  // PCOLL_TEST_CLOCK_SKEW_MS
@@ -105,12 +106,21 @@ class Allreduce {
     void* recvbuf;
     bool late;       // the engine joined this round before the application posted it
     bool flush;
-    bool delivered;  // result already written into recvbuf at completion
+    bool delivered;  // result already written into recvbuf
   };
+  // A completed round's info, kept until the application has it; its result lives in the
+  // work buffer until the engine needs that for a later round, and only then is copied
+  // here (user dtype): memory only while the application lags.
   struct Completed {
     uint64_t round = UINT64_MAX;
     RoundInfo info;
-    std::vector<std::byte> result;  // user dtype, only when nobody was waiting for it
+    std::vector<std::byte> result;
+  };
+  // What the work buffer holds between and during rounds.
+  enum class WorkHolds {
+    carry,   // this rank's carry (carry_in_work_), or nothing
+    round,   // the active round's contribution, partial and final result
+    result,  // the result of round completed_ - 1, not yet handed to the application
   };
 
   void prepare();
@@ -120,21 +130,32 @@ class Allreduce {
   void initiate(uint64_t round);
   void join(uint64_t round);
   bool run_steps();       // true when the active round's plan is done
-  void post_sends(const Step& step);
+  bool post_sends(const Step& step);  // posts what the window allows; true once all are
+  bool reduce_arrivals(const Step& step);  // true once every incoming chunk is handled
+  void send_credit(const Step& step, bool finished);
+  void on_data(const Notice& notice);
+  void on_credit(const Notice& notice);
   void complete_round();
   void deliver_chunk(uint64_t round, size_t first, size_t elems);
   void fill_info(uint64_t round, RoundInfo& info);
   bool deliver_if_ready_locked(RoundInfo* info);
   void wait_for_round(RoundInfo* info);  // takes the engine lock itself
   int awaited_peer() const;
-  void add_late_sendbuf(const void* sendbuf);
 
-  std::byte* work(uint64_t round) const;
-  std::byte* slots(uint64_t round) const;
+  // The carry and the results (docs/design.md, "Memory of a handle").
+  void settle_sends();  // our writes no longer read the work buffer
+  void hand_over_result(void* recvbuf, const void* late_sendbuf);
+  void move_result_out();
+  void add_to_carry(const void* late_sendbuf);
+  void release(std::vector<std::byte>& buffer);
+
+  std::byte* work() const { return region_->bytes().data(); }
+  std::byte* landing() const { return region_->bytes().data() + work_bytes_; }
   size_t acc_bytes(size_t elems) const { return elems * acc_elem_bytes_; }
 
   Comm& comm_;
   transport::Transport& transport_;
+  const NoticeCodec& codec_;
   AllreduceConfig config_;
   uint32_t id_ = 0;
   int rank_ = 0;
@@ -147,13 +168,21 @@ class Allreduce {
 
   ReducePlan plan_;                 // this rank's steps and chunks, executed by run_steps
   size_t final_step_ = SIZE_MAX;    // see the constructor
-  size_t work_bytes_ = 0;    // per parity
-  size_t slot_bytes_ = 0;    // per parity
-  std::unique_ptr<transport::LocalRegion> region_;  // work[2] then slots[2]
+  std::vector<int> send_step_of_tag_;  // [tag]: index in plan_.steps of the step sending it, -1
+  size_t work_bytes_ = 0;
+  size_t landing_bytes_ = 0;
+  std::unique_ptr<transport::LocalRegion> region_;  // work buffer, then the landing pool
   std::vector<std::unique_ptr<transport::RemoteRegion>> peers_;
 
-  std::vector<std::byte> carry_;    // accumulation type
-  bool carry_empty_ = true;
+  WorkHolds work_holds_ = WorkHolds::carry;
+  bool carry_in_work_ = false;      // the work buffer holds a carry that is not empty
+  // Carry that arrived while the work buffer was busy (accumulation type): allocated only
+  // then, and released once it joined a round.
+  std::vector<std::byte> spill_;
+  // The late sendbuf of the active round: the application posted it after the engine
+  // joined, and keeps it until the round completes, which is when it goes into the carry.
+  const void* pending_late_ = nullptr;
+  std::vector<std::byte> scratch_;  // a few chunks, for handing over a result in place
 
   // Application side.
   uint64_t app_next_ = 0;           // rounds posted so far (start + flush calls)
@@ -167,23 +196,33 @@ class Allreduce {
   uint64_t activated_ = 0;          // rounds < activated_ have been activated
   bool initiated_current_ = false;  // this rank activated the active round
   size_t step_ = 0;
-  bool sent_ = false;
-  bool flushed_ = false;
+  size_t posted_chunks_ = 0;        // chunks of the active step's send posted
+  size_t settled_chunks_ = 0;       // of which known to be complete locally (after a flush)
   bool large_writes_pending_ = false;  // a write above the inject size may not be complete
-  size_t processed_ = 0;
+  size_t processed_ = 0;            // entries of the active step's arrival order looked at
+  std::vector<uint32_t> deferred_;  // arrived chunks waiting for our own send of that range
   size_t early_delivered_ = 0;      // elements already in the posted recvbuf this round
-  // Chunks of one exchange that arrived, in arrival order, each once: a duplicated
-  // notification (a provider or network that delivers one twice) is recognised and
-  // ignored, never reduced twice.
+  // One exchange's chunks of one round, each counted once: a duplicated notification (a
+  // provider or network that delivers one twice) is recognised and ignored, never reduced
+  // twice.
   struct Arrivals {
     std::vector<uint32_t> order;  // distinct chunks, as they arrived
     std::vector<uint8_t> seen;    // [chunk]: in `order` already
+    std::vector<uint8_t> done;    // [chunk]: reduced (its landing position is free)
+    size_t handled = 0;           // chunks reduced (or, landing in the result, counted)
+    size_t prefix = 0;            // chunks below it are all reduced
+    size_t credited = 0;          // the prefix our last credit told the sender
     void clear() {
-      for (const uint32_t c : order) seen[c] = 0;
+      for (const uint32_t c : order) seen[c] = done[c] = 0;
       order.clear();
+      handled = prefix = credited = 0;
     }
   };
-  std::vector<Arrivals> arrivals_[2];  // [parity][tag]
+  std::vector<Arrivals> arrivals_[2];  // [round parity][tag]
+  // [tag]: for our sends into a windowed slot, the running chunk numbers the receiver
+  // reported reduced (credit), and how far our sends went.
+  std::vector<uint64_t> credit_;
+  std::vector<uint64_t> sent_;
   uint64_t duplicates_ = 0;            // duplicated data notifications ignored
   std::vector<Completed> ring_;     // results not yet handed to the application
   std::vector<bool> late_by_round_; // indexed by round % ring size
@@ -204,6 +243,7 @@ class Allreduce {
 
   // Statistics (stats()): plain counters, engine lock held.
   void count_round(const RoundInfo& info);
+  void count_memory(std::ptrdiff_t bytes) { stats_.memory_bytes += static_cast<uint64_t>(bytes); }
   AllreduceStats stats_;
   std::vector<uint64_t> late_run_;  // [rank]: consecutive late rounds up to the last one
   bool active_flush_ = false;       // the active round is a flush

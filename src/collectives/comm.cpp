@@ -15,6 +15,23 @@
 #include "topology.hpp"
 
 namespace pcoll {
+namespace {
+
+// PCOLL_NOTIFY_BITS against what the provider carries: auto takes 64 bits where they
+// arrive intact, else the 32-bit layout (verbs and EFA carry 4 bytes of remote CQ data).
+unsigned notification_bits(const std::string& wanted, const transport::Capabilities& caps) {
+  if (caps.notify_bits < 32)
+    fail(Errc::unsupported, "provider " + caps.name + " delivers " + std::to_string(caps.notify_bits) +
+                                "-bit notifications; pcoll needs at least 32");
+  if (wanted == "auto") return caps.notify_bits >= 64 ? 64 : 32;
+  const unsigned bits = wanted == "32" ? 32 : 64;
+  if (bits > caps.notify_bits)
+    fail(Errc::unsupported, "PCOLL_NOTIFY_BITS=" + wanted + " but provider " + caps.name + " delivers " +
+                                std::to_string(caps.notify_bits) + "-bit notifications; set PCOLL_NOTIFY_BITS=auto or 32");
+  return bits;
+}
+
+}  // namespace
 
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
     : boot_(std::move(boot)) {
@@ -38,8 +55,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   bootstrap_name_ = boot_->name();
   log::set_rank(rank_);
   settings::warn_unknown_variables();  // a typo such as PCOLL_TIMEOUT would otherwise go unnoticed
-  if (static_cast<uint32_t>(size_) >= kMaxRanks)
-    fail(Errc::unsupported, "pcoll supports at most " + std::to_string(kMaxRanks - 1) + " ranks");
+  const std::string notify_bits = settings::get_choice("PCOLL_NOTIFY_BITS");
   spin_budget_ = std::chrono::microseconds(settings::get_unsigned("PCOLL_SPIN_US"));
   // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: src/support/topology.cpp). Read
   // (and a bad value refused) before anything is connected.
@@ -54,10 +70,23 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   options.timeout = std::max(std::chrono::milliseconds(1), timeout_ / 2);
   transport_ = make_transport(options);
   provider_ = transport_->capabilities().name;
-  if (transport_->capabilities().notify_bits < 64)
-    fail(Errc::unsupported, "provider " + provider_ + " delivers only " +
-                                std::to_string(transport_->capabilities().notify_bits) +
-                                "-bit notifications; pcoll needs 64");
+  codec_ = NoticeCodec(notification_bits(notify_bits, transport_->capabilities()));
+  if (static_cast<uint32_t>(size_) > codec_.max_ranks())
+    fail(Errc::unsupported, "a job of " + std::to_string(size_) + " ranks is more than " + codec_.describe() +
+                                " can address (provider " + provider_ + ", PCOLL_NOTIFY_BITS=" + notify_bits + ")");
+  // Every rank must speak the same layout: a rank with another PCOLL_NOTIFY_BITS, or a
+  // provider of another width, would be misread by everyone else.
+  const auto bits_byte = static_cast<std::byte>(codec_.bits());
+  const auto everyones = boot_->allgather(std::span<const std::byte>(&bits_byte, 1));
+  for (size_t r = 0; r < everyones.size(); ++r) {
+    if (everyones[r].size() != 1)
+      fail(Errc::protocol, "rank " + std::to_string(r) + " sent a malformed notification width at setup");
+    if (everyones[r][0] != bits_byte)
+      fail(Errc::mismatch, "rank " + std::to_string(r) + " uses " + std::to_string(static_cast<int>(everyones[r][0])) +
+                               "-bit notifications and rank " + std::to_string(rank_) + " " +
+                               std::to_string(codec_.bits()) +
+                               "-bit: set the same PCOLL_NOTIFY_BITS (and provider) on every rank");
+  }
 
   // Every rank's host and process come back: the ranks sharing our host decide whether
   // waiting ranks must yield their CPU, the ranks sharing our process (ranks as threads)
@@ -97,7 +126,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   // Everyone connected and progressing before the first handle's traffic.
   boot_->barrier();
   log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-            ", provider " + provider_ + ", bootstrap " + bootstrap_name_);
+            ", provider " + provider_ + ", bootstrap " + bootstrap_name_ + ", " + codec_.describe());
   setup.set_up = true;
   heartbeat_on_.store(true, std::memory_order_relaxed);
 }
@@ -113,32 +142,48 @@ Comm::~Comm() {
 }
 
 uint32_t Comm::add_handle(Allreduce* handle) {
-  if (next_handle_id_ >= kMaxHandles)
-    fail(Errc::unsupported, "a communicator can create at most " + std::to_string(kMaxHandles) +
-                                " allreduce handles in its lifetime");
-  const uint32_t id = next_handle_id_++;
-  handles_.resize(next_handle_id_, nullptr);
-  handles_[id] = handle;
-  return id;
+  uint32_t slot = 0;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.front();
+    free_slots_.pop_front();
+    ++slots_[slot].generation;
+  } else {
+    if (slots_.size() >= codec_.max_handles())
+      fail(Errc::unsupported, "a communicator can have at most " + std::to_string(codec_.max_handles()) +
+                                  " allreduce handles at once with " + codec_.describe() +
+                                  "; destroy handles it no longer uses");
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[slot].handle = handle;
+  return codec_.handle_field(slot, slots_[slot].generation);
 }
 
 void Comm::remove_handle(uint32_t id) {
-  if (id < handles_.size()) handles_[id] = nullptr;
+  const uint32_t slot = codec_.handle_slot(id);
+  if (slot >= slots_.size() || slots_[slot].handle == nullptr ||
+      codec_.handle_field(slot, slots_[slot].generation) != id)
+    return;
+  slots_[slot].handle = nullptr;
+  free_slots_.push_back(slot);
 }
 
 void Comm::dispatch_locked(uint64_t value) {
-  const Notice notice = decode(value);
+  if (!codec_.fits(value))
+    fail(Errc::protocol, "a notification value with bits above the " + std::to_string(codec_.bits()) +
+                             " this job uses arrived");
+  const Notice notice = codec_.decode(value);
   switch (notice.kind) {
-    case NoticeKind::liveness: {
-      const int peer = static_cast<int>(notice.detail);
-      if (peer >= size_) fail(Errc::protocol, "liveness message from rank " + std::to_string(peer) + " of " + std::to_string(size_));
-      if (notice.handle == kControlPing) {  // answer from the engine, whatever the application does
-        transport_->notify(peer, encode(NoticeKind::liveness, kControlPong, static_cast<uint32_t>(rank_), 0));
-      } else if (notice.handle == kControlFailureAck) {
+    case NoticeKind::control: {
+      const int peer = static_cast<int>(notice.rank);
+      if (peer >= size_) fail(Errc::protocol, "control message from rank " + std::to_string(peer) + " of " + std::to_string(size_));
+      if (notice.type == kControlPing) {  // answer from the engine, whatever the application does
+        transport_->notify(peer, codec_.control(kControlPong, static_cast<uint32_t>(rank_)));
+      } else if (notice.type == kControlFailureAck) {
         knows_of_failure_[static_cast<size_t>(peer)] = true;
-      } else if (notice.handle == kControlAgreement) {
+      } else if (notice.type == kControlAgreement) {
         if (agreement_ == nullptr) fail(Errc::protocol, "agreement message from rank " + std::to_string(peer) + " before setup ended");
-        agreement_->on_arrival(peer, notice.round32);
+        agreement_->on_arrival(peer, notice.round);
         // Hearing from the peer is as good as a pong.
         ping_sent_[peer].reset();
         last_pong_[peer] = Clock::now();
@@ -149,14 +194,15 @@ void Comm::dispatch_locked(uint64_t value) {
       return;
     }
     case NoticeKind::failure: {
-      const uint32_t culprit = notice.detail;
-      if (notice.round32 >= static_cast<uint32_t>(size_) || notice.round32 == static_cast<uint32_t>(rank_))
-        fail(Errc::protocol, "failure notice from rank " + std::to_string(notice.round32) + " of " + std::to_string(size_));
-      if (culprit != kUnknownRank && culprit >= static_cast<uint32_t>(size_))
+      const uint32_t culprit = notice.rank;
+      const uint32_t unknown = codec_.unknown_rank();
+      if (notice.sender >= static_cast<uint32_t>(size_) || notice.sender == static_cast<uint32_t>(rank_))
+        fail(Errc::protocol, "failure notice from rank " + std::to_string(notice.sender) + " of " + std::to_string(size_));
+      if (culprit != unknown && culprit >= static_cast<uint32_t>(size_))
         fail(Errc::protocol, "failure notice naming rank " + std::to_string(culprit) + " of " + std::to_string(size_));
-      acknowledge_failure_locked(static_cast<int>(notice.round32));
-      mark_failed(culprit == kUnknownRank ? -1 : static_cast<int>(culprit),
-           culprit == kUnknownRank
+      acknowledge_failure_locked(static_cast<int>(notice.sender));
+      mark_failed(culprit == unknown ? -1 : static_cast<int>(culprit),
+           culprit == unknown
                ? "another rank reported a failure of the job"
            : culprit == static_cast<uint32_t>(rank_)
                ? "rank " + std::to_string(culprit) + " (this rank) was reported failed by another rank: its "
@@ -165,13 +211,16 @@ void Comm::dispatch_locked(uint64_t value) {
       return;
     }
     case NoticeKind::activation:
-    case NoticeKind::data: {
-      Allreduce* handle = notice.handle < handles_.size() ? handles_[notice.handle] : nullptr;
-      if (handle == nullptr) {
-        if (notice.handle >= next_handle_id_)
-          fail(Errc::protocol, "message for allreduce handle " + std::to_string(notice.handle) +
-                                   ", which this rank has not created (create handles in the same order on every rank)");
-        // A forwarded activation can trail a handle that every rank already destroyed.
+    case NoticeKind::data:
+    case NoticeKind::credit: {
+      const uint32_t slot = codec_.handle_slot(notice.handle);
+      if (slot >= slots_.size())
+        fail(Errc::protocol, "message for allreduce handle " + std::to_string(notice.handle) +
+                                 ", which this rank has not created (create handles in the same order on every rank)");
+      Allreduce* handle = slots_[slot].handle;
+      if (handle == nullptr || handle->id() != notice.handle) {
+        // A forwarded activation or a credit can trail a handle that every rank already
+        // destroyed.
         log::debug("dropping a stale message for destroyed handle " + std::to_string(notice.handle));
         return;
       }
@@ -194,8 +243,8 @@ void Comm::drive_locked() {
     // A failure notice in that batch failed the communicator: no round goes on, and no
     // post to a peer that may have left since gets the chance to fail in its own name.
     check_failed();
-    for (Allreduce* handle : handles_)
-      if (handle != nullptr) handle->advance_locked();
+    for (const HandleSlot& slot : slots_)
+      if (slot.handle != nullptr) slot.handle->advance_locked();
   } catch (const Error& error) {
     if (failed()) check_failed();  // the recorded failure, not what followed from it
     fail_locked(error, std::span<const uint64_t>(values.data() + next, n - next));
@@ -251,8 +300,8 @@ void Comm::progress_hook() {
       // Whoever waits on a peer asks whether it is alive, even while this rank's
       // application computes or only polls.
       const auto now = Clock::now();
-      for (Allreduce* handle : handles_)
-        if (handle != nullptr) handle->probe_locked(now);
+      for (const HandleSlot& slot : slots_)
+        if (slot.handle != nullptr) slot.handle->probe_locked(now);
       heartbeat_locked(now);
     } catch (const Error&) {
       // Recorded by mark_failed(); the application sees it at its next call.
@@ -273,8 +322,8 @@ void Comm::heartbeat_locked(Clock::time_point now) {
   const int successor = (rank_ + 1) % size_;
   // Never stricter than what the application allowed its handles.
   std::chrono::milliseconds timeout = timeout_;
-  for (const Allreduce* handle : handles_)
-    if (handle != nullptr) timeout = std::max(timeout, handle->timeout());
+  for (const HandleSlot& slot : slots_)
+    if (slot.handle != nullptr) timeout = std::max(timeout, slot.handle->timeout());
   const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
   if (!ping_sent_[successor] && now - last_pong_[successor] < period) return;
   watch_locked(successor, timeout);
@@ -285,7 +334,7 @@ void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
   if (!ping_sent_[peer]) {
     ping_sent_[peer] = now;
     try {
-      transport_->notify(peer, encode(NoticeKind::liveness, kControlPing, static_cast<uint32_t>(rank_), 0));
+      transport_->notify(peer, codec_.control(kControlPing, static_cast<uint32_t>(rank_)));
     } catch (const Error& error) {
       fail_locked(error, {}, error.rank() >= 0 ? error.rank() : peer);
     }
@@ -310,11 +359,11 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
   }
   log::error(reason);
   // Tell everyone else so that ranks waiting on a live peer do not wait forever.
-  const uint32_t detail = culprit >= 0 ? static_cast<uint32_t>(culprit) : kUnknownRank;
+  const uint32_t detail = culprit >= 0 ? static_cast<uint32_t>(culprit) : codec_.unknown_rank();
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || r == culprit) continue;
     try {
-      transport_->notify(r, encode(NoticeKind::failure, 0, detail, static_cast<uint64_t>(rank_)));
+      transport_->notify(r, codec_.failure(detail, static_cast<uint32_t>(rank_)));
     } catch (const Error&) {
       // That peer may be gone too; the others still need to hear. Nobody waits for its
       // acknowledgement (linger_after_failure).
@@ -327,7 +376,7 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
   // timing out on a partner that, failed, no longer answers.
   if (culprit >= 0 && culprit < size_ && culprit != rank_ && !ping_sent_[static_cast<size_t>(culprit)]) {
     try {
-      transport_->notify(culprit, encode(NoticeKind::failure, 0, detail, static_cast<uint64_t>(rank_)));
+      transport_->notify(culprit, codec_.failure(detail, static_cast<uint32_t>(rank_)));
     } catch (const Error&) {
       // Gone indeed.
     }
@@ -338,9 +387,9 @@ void Comm::mark_failed(int culprit, const std::string& reason) {
 
 void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
   for (const uint64_t value : values) {
-    const Notice notice = decode(value);
+    const Notice notice = codec_.decode(value);
     const bool news = notice.kind == NoticeKind::failure ||
-                      (notice.kind == NoticeKind::liveness && notice.handle == kControlFailureAck);
+                      (notice.kind == NoticeKind::control && notice.type == kControlFailureAck);
     if (!news) continue;
     try {
       dispatch_locked(value);
@@ -353,7 +402,7 @@ void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
 void Comm::acknowledge_failure_locked(int sender) {
   knows_of_failure_[static_cast<size_t>(sender)] = true;
   try {
-    transport_->notify(sender, encode(NoticeKind::liveness, kControlFailureAck, static_cast<uint32_t>(rank_), 0));
+    transport_->notify(sender, codec_.control(kControlFailureAck, static_cast<uint32_t>(rank_)));
   } catch (const Error&) {
     // The sender is gone; it did not wait for us then.
   }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -41,6 +42,8 @@ class Comm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& provider() const { return provider_; }
+  // The notification layout every rank agreed on at setup (PCOLL_NOTIFY_BITS).
+  const NoticeCodec& codec() const { return codec_; }
   const std::string& bootstrap_name() const { return bootstrap_name_; }
   bootstrap::Bootstrap& boot() { return *boot_; }
   transport::Transport& transport() { return *transport_; }
@@ -55,7 +58,9 @@ class Comm {
   // The communicator's default timeout (PCOLL_TIMEOUT_MS).
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // Handles register themselves at creation (collective, so ids agree on every rank).
+  // Handles register themselves at creation (collective, so ids agree on every rank: every
+  // rank creates and destroys the same handles in the same order). The id is what the
+  // handle's notifications carry.
   uint32_t add_handle(Allreduce* handle);
   void remove_handle(uint32_t id);
 
@@ -122,6 +127,7 @@ class Comm {
   int size_ = 1;
   std::string provider_;
   std::string bootstrap_name_;
+  NoticeCodec codec_;
   std::unique_ptr<transport::Transport> transport_;
   std::chrono::milliseconds timeout_{30000};
   // Liveness per peer: when our oldest unanswered ping was sent, and when we last heard.
@@ -134,8 +140,16 @@ class Comm {
 
   std::mutex engine_mutex_;
   std::condition_variable engine_moved_;  // the progress thread changed the engine's state
-  std::vector<Allreduce*> handles_;  // index = handle id; nullptr once destroyed
-  uint32_t next_handle_id_ = 0;
+  // Handles by slot (NoticeCodec::handle_slot of their id). A destroyed handle's slot is
+  // reused, the one freed longest ago first, with its generation bumped: a message that
+  // trails a destroyed handle (a forwarded activation, a credit) names the old generation
+  // and is dropped instead of reaching the slot's new handle.
+  struct HandleSlot {
+    Allreduce* handle = nullptr;
+    uint32_t generation = 0;
+  };
+  std::vector<HandleSlot> slots_;
+  std::deque<uint32_t> free_slots_;
 
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;

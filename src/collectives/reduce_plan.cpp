@@ -20,7 +20,6 @@
 #include <string>
 
 #include "error.hpp"
-#include "notification.hpp"
 
 namespace pcoll {
 
@@ -41,13 +40,21 @@ int log2_exact(int power_of_two) { return std::countr_zero(static_cast<unsigned>
 
 // A transfer into the receiver's landing slot `slot`, reduced from there.
 Transfer into_slot(const ReducePlan& plan, int slot, std::size_t offset, std::size_t count) {
-  return Transfer{offset, count, slot, plan.landing_slots.at(static_cast<std::size_t>(slot)).offset,
-                  plan.chunk_elems};
+  const LandingSlot& ring = plan.landing_slots.at(static_cast<std::size_t>(slot));
+  return Transfer{offset, count, slot, ring.offset, plan.chunk_elems, ring.depth, ring.stride};
 }
 
 // A transfer written straight into the receiver's work buffer (a copy of final values).
 Transfer into_result(const ReducePlan& plan, std::size_t offset, std::size_t count) {
-  return Transfer{offset, count, kNoSlot, 0, plan.chunk_elems};
+  return Transfer{offset, count, kNoSlot, 0, plan.chunk_elems, 1, 0};
+}
+
+// The ring of a slot whose transfers carry at most `capacity` elements: room for two
+// rounds of its largest transfer, or the pool's bound if that is less.
+LandingSlot ring_for(const ReducePlan& plan, std::size_t offset, std::size_t capacity) {
+  const std::size_t max_chunks = capacity == 0 ? 1 : (capacity + plan.chunk_elems - 1) / plan.chunk_elems;
+  const std::size_t depth = max_chunks > plan.pool_chunks / 2 ? plan.pool_chunks : 2 * max_chunks;
+  return LandingSlot{offset, depth, std::min(plan.chunk_elems, capacity)};
 }
 
 // The pre-step: the extra rank sends its whole vector into its partner's fold-in slot.
@@ -84,24 +91,26 @@ void add_post_step(ReducePlan& plan, std::uint32_t tag) {
 }
 
 ReducePlan empty_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
-                      std::size_t chunk_elems) {
+                      std::size_t chunk_elems, std::size_t pool_chunks) {
   check_ranks(ranks, rank);
   if (chunk_elems == 0) invalid_argument("reduction plan: chunk_elems must be >= 1");
+  if (pool_chunks == 0) invalid_argument("reduction plan: pool_chunks must be >= 1");
   ReducePlan plan;
   plan.algorithm = algorithm;
   plan.ranks = ranks;
   plan.rank = rank;
   plan.count = count;
   plan.chunk_elems = chunk_elems;
+  plan.pool_chunks = pool_chunks;
   // Slot 0 receives the fold-in pre-step; it is empty when ranks is a power of two.
   const bool folds = ranks != core_ranks(ranks);
-  plan.landing_slots.push_back(LandingSlot{0, folds ? count : 0});
+  plan.landing_slots.push_back(ring_for(plan, 0, folds ? count : 0));
   return plan;
 }
 
-void append_slot(ReducePlan& plan, std::size_t elems) {
+void append_slot(ReducePlan& plan, std::size_t capacity) {
   const LandingSlot& last = plan.landing_slots.back();
-  plan.landing_slots.push_back(LandingSlot{last.offset + last.elems, elems});
+  plan.landing_slots.push_back(ring_for(plan, last.offset + last.elems(), capacity));
 }
 
 }  // namespace
@@ -132,7 +141,7 @@ StepKind Step::kind() const {
 }
 
 std::size_t ReducePlan::landing_elems() const {
-  return landing_slots.empty() ? 0 : landing_slots.back().offset + landing_slots.back().elems;
+  return landing_slots.empty() ? 0 : landing_slots.back().offset + landing_slots.back().elems();
 }
 
 // --- fold-in mapping ---------------------------------------------------------------------
@@ -187,8 +196,9 @@ std::size_t block_elems(std::size_t count, int blocks, int block) {
 
 // Core step k (1..L) pairs core ranks differing in bit k-1: nearest neighbours first, which
 // are usually on the same node.
-ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_t chunk_elems) {
-  ReducePlan plan = empty_plan(ReduceAlgorithm::recursive_doubling, ranks, rank, count, chunk_elems);
+ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_t chunk_elems,
+                              std::size_t pool_chunks) {
+  ReducePlan plan = empty_plan(ReduceAlgorithm::recursive_doubling, ranks, rank, count, chunk_elems, pool_chunks);
   const int p2 = core_ranks(ranks);
   const int levels = log2_exact(p2);
   for (int k = 1; k <= levels; ++k) append_slot(plan, count);
@@ -218,8 +228,9 @@ ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_
 // range depends only on bits 0..k-2. After L steps this rank owns one block; the
 // allgather replays the steps backwards, sending what it owns and receiving the half it
 // gave away, straight into its work buffer.
-ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chunk_elems) {
-  ReducePlan plan = empty_plan(ReduceAlgorithm::rabenseifner, ranks, rank, count, chunk_elems);
+ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chunk_elems,
+                        std::size_t pool_chunks) {
+  ReducePlan plan = empty_plan(ReduceAlgorithm::rabenseifner, ranks, rank, count, chunk_elems, pool_chunks);
   const int p2 = core_ranks(ranks);
   const int levels = log2_exact(p2);
   // Slot k receives a half of p2 >> k consecutive blocks; bound it by the largest block
@@ -279,10 +290,10 @@ ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chun
 }
 
 ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
-                     std::size_t chunk_elems) {
+                     std::size_t chunk_elems, std::size_t pool_chunks) {
   switch (algorithm) {
-    case ReduceAlgorithm::recursive_doubling: return recursive_doubling(ranks, rank, count, chunk_elems);
-    case ReduceAlgorithm::rabenseifner: return rabenseifner(ranks, rank, count, chunk_elems);
+    case ReduceAlgorithm::recursive_doubling: return recursive_doubling(ranks, rank, count, chunk_elems, pool_chunks);
+    case ReduceAlgorithm::rabenseifner: return rabenseifner(ranks, rank, count, chunk_elems, pool_chunks);
   }
   invalid_argument("unknown reduction algorithm " + std::to_string(static_cast<int>(algorithm)));
 }
@@ -295,11 +306,13 @@ ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes, std::size_t recur
   return ReduceAlgorithm::rabenseifner;
 }
 
-std::size_t chunk_elems_for(std::size_t count, std::size_t chunk_bytes, std::size_t element_bytes) {
+std::size_t chunk_elems_for(std::size_t count, std::size_t chunk_bytes, std::size_t element_bytes,
+                            std::size_t max_chunks) {
   if (element_bytes == 0) invalid_argument("chunk_elems_for: element_bytes must be >= 1");
+  if (max_chunks == 0) invalid_argument("chunk_elems_for: max_chunks must be >= 1");
   const std::size_t from_bytes = std::max<std::size_t>(1, chunk_bytes / element_bytes);
-  // A transfer is at most the whole vector: kMaxChunks chunks of this size cover it.
-  return std::max(from_bytes, (count + kMaxChunks - 1) / kMaxChunks);
+  // A transfer is at most the whole vector: max_chunks chunks of this size cover it.
+  return std::max(from_bytes, (count + max_chunks - 1) / max_chunks);
 }
 
 }  // namespace pcoll

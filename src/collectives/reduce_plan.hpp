@@ -37,9 +37,11 @@
 //     order, before or after the receiver reaches the step;
 //   - a step starts (posts its sends) once the previous steps of this rank are complete:
 //     every incoming chunk arrived and, where the step reduces, reduced; a step does not
-//     wait for its own sends to complete;
-//   - a step reduces into a range it also sends only after its sends completed locally
-//     (recursive doubling sends and reduces the same range);
+//     wait for its own sends to complete, but it ends only once every chunk of its send
+//     was posted, which a windowed() transfer does as the receiver's credits allow;
+//   - a chunk is reduced into a range it also sends only after that range's send completed
+//     locally (recursive doubling sends and reduces the same range); a reduced chunk's
+//     landing position is free for the sender again;
 //   - incoming data that lands in the result is written by the peer straight into this
 //     rank's work buffer; plans guarantee that range is disjoint from what this rank still
 //     sends.
@@ -63,17 +65,27 @@ inline constexpr int kNoSlot = -1;
 // it while later pieces are on the wire. Both ends of an exchange hold the same Transfer,
 // so chunk i means the same elements on both.
 struct Chunk {
-  std::uint32_t index = 0;         // 0-based; goes into the notification
-  std::size_t offset = 0;          // work buffer elements: read by the sender, reduced into
-                                   // or landed in at the receiver
+  std::uint32_t index = 0;  // 0-based; goes into the notification
+  std::size_t offset = 0;   // work buffer elements: read by the sender, reduced into or
+                            // landed in at the receiver
   std::size_t count = 0;
-  std::size_t landing_offset = 0;  // when the transfer lands in a slot: elements from the
-                                   // start of the receiver's landing area
 };
 
 // What one step moves in one direction: a range of the work buffer (the same range on both
 // ends), where it lands at the receiver, and how it is cut into chunks. The sender's send
 // and the receiver's recv of one exchange are equal.
+//
+// A transfer that lands in a slot lands in a ring of `slot_depth` positions of
+// `slot_stride` elements: the receiver's landing pool for that exchange, bounded whatever
+// the vector (PCOLL_POOL_BYTES). Chunk i of round t is the (t * chunk_count() + i)-th chunk
+// the exchange carries and takes position (t * chunk_count() + i) mod slot_depth. A
+// position is free again once the receiver reduced what it held:
+//   - implicitly, for every chunk of round t - 2 while the sender is in round t (the
+//     sender completed round t - 1, which needed the receiver's round t - 1 data of this
+//     exchange, sent only after the receiver's round t - 2 was complete);
+//   - explicitly, by the receiver's credit notices ("chunks below c of round t are
+//     reduced"), which only windowed() transfers need: the others fit twice in the ring,
+//     so the implicit rule alone keeps the sender inside it.
 struct Transfer {
   std::size_t offset = 0;       // work buffer elements
   std::size_t count = 0;
@@ -81,6 +93,8 @@ struct Transfer {
                                 // kNoSlot: lands straight in its work buffer at offset
   std::size_t slot_offset = 0;  // where that slot starts in the landing area (elements)
   std::size_t chunk_elems = 1;  // the plan's chunk size, >= 1
+  std::size_t slot_depth = 1;   // positions of the slot's ring (chunks)
+  std::size_t slot_stride = 0;  // elements per position, >= every chunk's count
 
   bool lands_in_result() const { return slot == kNoSlot; }
 
@@ -89,9 +103,17 @@ struct Transfer {
   // Chunk i < chunk_count(): chunk_elems elements, except the last, which holds the rest.
   Chunk chunk(std::size_t i) const {
     const std::size_t delta = i * chunk_elems;
-    return Chunk{static_cast<std::uint32_t>(i), offset + delta, std::min(chunk_elems, count - delta),
-                 slot_offset + delta};
+    return Chunk{static_cast<std::uint32_t>(i), offset + delta, std::min(chunk_elems, count - delta)};
   }
+  // The exchange's running chunk number of chunk i of round t.
+  std::uint64_t sequence(std::uint64_t round, std::size_t i) const { return round * chunk_count() + i; }
+  // Where chunk i of round t lands in the receiver's landing area (elements), for a
+  // transfer that lands in a slot.
+  std::size_t landing_offset(std::uint64_t round, std::size_t i) const {
+    return slot_offset + static_cast<std::size_t>(sequence(round, i) % slot_depth) * slot_stride;
+  }
+  // More chunks per round than half the ring: the sender waits for credits.
+  bool windowed() const { return !lands_in_result() && 2 * chunk_count() > slot_depth; }
 
   bool operator==(const Transfer&) const = default;
 };
@@ -124,10 +146,12 @@ struct Step {
   StepKind kind() const;
 };
 
-// A landing slot of one round parity: where one step's incoming data waits to be reduced.
+// A landing slot: the ring where one exchange's incoming chunks wait to be reduced.
 struct LandingSlot {
   std::size_t offset = 0;  // elements from the start of the landing area
-  std::size_t elems = 0;   // capacity
+  std::size_t depth = 1;   // positions (chunks)
+  std::size_t stride = 0;  // elements per position
+  std::size_t elems() const { return depth * stride; }
 };
 
 struct ReducePlan {
@@ -137,20 +161,27 @@ struct ReducePlan {
   std::size_t count = 0;
   std::size_t chunk_elems = 1;
   std::vector<Step> steps;  // this rank's steps in execution order
-  // Landing slots of one round parity, indexed by Transfer::slot. The layout depends only
-  // on (algorithm, ranks, count), not on rank, so a writer addresses the peer's slot with
-  // its own plan's numbers.
+  std::size_t pool_chunks = 0;  // most positions of one slot's ring
+  // Landing slots, indexed by Transfer::slot. The layout depends only on (algorithm,
+  // ranks, count, chunk_elems, pool_chunks), not on rank, so a writer addresses the
+  // peer's slot with its own plan's numbers.
   std::vector<LandingSlot> landing_slots;
   std::uint32_t tag_count = 0;  // tags used by the algorithm: 0 .. tag_count-1
 
-  std::size_t landing_elems() const;  // landing area elements per round parity
+  std::size_t landing_elems() const;  // the whole landing area
 };
 
-// Throw Error(invalid_argument) unless ranks >= 1, 0 <= rank < ranks and chunk_elems >= 1.
-ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_t chunk_elems);
-ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chunk_elems);
+// A slot's ring holds min(pool_chunks, twice the chunks of its largest transfer)
+// positions: small vectors get what two rounds need (no credits), large ones a bounded
+// pool. Throw Error(invalid_argument) unless ranks >= 1, 0 <= rank < ranks,
+// chunk_elems >= 1 and pool_chunks >= 1.
+inline constexpr std::size_t kUnboundedPool = SIZE_MAX;
+ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_t chunk_elems,
+                              std::size_t pool_chunks = kUnboundedPool);
+ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chunk_elems,
+                        std::size_t pool_chunks = kUnboundedPool);
 ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
-                     std::size_t chunk_elems);
+                     std::size_t chunk_elems, std::size_t pool_chunks = kUnboundedPool);
 
 // Recursive doubling up to recursive_doubling_max_bytes of accumulation data, then
 // Rabenseifner (which only pays off once its 2*log2(p2) latencies are hidden by
@@ -162,8 +193,9 @@ ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes,
 
 // The chunk size, in elements, of a plan over count elements of element_bytes each:
 // chunk_bytes (PCOLL_CHUNK_BYTES) worth, at least one, and large enough that no transfer
-// needs more chunks than a notification can number (notification.hpp: kMaxChunks).
-std::size_t chunk_elems_for(std::size_t count, std::size_t chunk_bytes, std::size_t element_bytes);
+// needs more than max_chunks chunks (what a notification can number: NoticeCodec).
+std::size_t chunk_elems_for(std::size_t count, std::size_t chunk_bytes, std::size_t element_bytes,
+                            std::size_t max_chunks);
 
 // --- fold-in mapping ---------------------------------------------------------------------
 

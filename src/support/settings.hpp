@@ -54,6 +54,7 @@ inline constexpr std::string_view kLogChoices[] = {"error", "warn", "info", "deb
 inline constexpr std::string_view kYieldChoices[] = {"auto", "always", "never"};
 inline constexpr std::string_view kProgressCpuWords[] = {"auto", "none"};
 inline constexpr std::string_view kLauncherChoices[] = {"manual", "pcollrun"};
+inline constexpr std::string_view kNotifyBitsChoices[] = {"auto", "32", "64"};
 
 // The one-node default provider: UCX shared memory where UCX is built in. Its puts are
 // copies by the initiator into the peer's mapped segment, so a peer busy reducing does not
@@ -95,6 +96,14 @@ inline constexpr auto kTable = std::to_array<Setting>({
     {.name = "PCOLL_CHUNK_BYTES", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "262144",
      .min = 4096, .max = uint64_t{1} << 30,
      .doc = "pipelining chunk of large reductions"},
+    {.name = "PCOLL_POOL_BYTES", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "8388608",
+     .min = 8192, .max = uint64_t{1} << 40,
+     .doc = "landing pool of a handle per incoming exchange (a peer whose data this rank reduces): "
+            "at least two chunks of PCOLL_CHUNK_BYTES; a smaller vector takes only what two rounds need"},
+    {.name = "PCOLL_NOTIFY_BITS", .kind = Kind::user, .type = Type::choice, .fallback = "auto",
+     .choices = kNotifyBitsChoices,
+     .doc = "notification width: auto (64 where the provider carries them, else 32), 32 (the layout "
+            "of NICs with 4-byte remote CQ data, on any provider) or 64"},
     // The largest vector kept on recursive doubling: at P=4 on ucx:shm Rabenseifner's
     // smaller copies and reductions win from 64 KiB (docs/performance.md).
     {.name = "PCOLL_TRACE", .kind = Kind::user, .type = Type::text, .fallback = "",
@@ -124,6 +133,10 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .min = 1, .max = uint64_t{1} << 20, .doc = "ranks on this host, for the application (pcoll does not read it)"},
 
     // --- set by the tests (tests/meson.build) for the programs they start ----------------
+    {.name = "PCOLL_TEST_OFI_CQ_DATA_SIZE", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",
+     .min = 4, .max = 8,
+     .doc = "ofi: carry only this many bytes of remote CQ data (4: as verbs and EFA do), below what "
+            "fi_getinfo reports"},
     {.name = "PCOLL_TEST_ATOMICS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "10000",
      .min = 1, .max = 100000000, .doc = "transport_conformance: atomics per rank in the contention cases"},
     {.name = "PCOLL_TEST_ABSENT_RANK", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",

@@ -44,6 +44,7 @@ void majority_initiator_is_the_agreed_draw(const Rank& rank);
 void max_lag_bounds_how_far_others_run_ahead(const Rank& rank);
 void sync_every_rounds_are_synchronous(const Rank& rank);
 void in_place_rounds_give_the_same_results(const Rank& rank);
+void a_lagging_application_gets_every_result_and_loses_nothing(const Rank& rank);
 void mismatched_creation_arguments_fail_everywhere(const Rank& rank);
 void a_bad_argument_on_one_rank_fails_every_rank(const Rank& rank);
 void destroy_with_a_round_outstanding_completes_it(const Rank& rank);

@@ -39,6 +39,8 @@ TEST_CASE("sync_every rounds are synchronous: every rank fresh, nobody initiates
 
 TEST_CASE("in-place rounds (sendbuf == recvbuf) give the same results") { collective_rules::in_place_rounds_give_the_same_results(g_me); }
 
+TEST_CASE("a lagging application (max_lag 3) gets every result in order and loses nothing") { collective_rules::a_lagging_application_gets_every_result_and_loses_nothing(g_me); }
+
 TEST_CASE("mismatched creation arguments give an error on every rank") { collective_rules::mismatched_creation_arguments_fail_everywhere(g_me); }
 
 TEST_CASE("a bad argument on one rank gives every rank an error naming that rank") { collective_rules::a_bad_argument_on_one_rank_fails_every_rank(g_me); }

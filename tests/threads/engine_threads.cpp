@@ -85,6 +85,7 @@ TEST_CASE("max_lag bounds how far the others run ahead of a slow application") {
 TEST_CASE("sync_every rounds are synchronous: every rank fresh, nobody initiates") { for_every_size(collective_rules::sync_every_rounds_are_synchronous); }
 
 TEST_CASE("in-place rounds (sendbuf == recvbuf) give the same results") { for_every_size(collective_rules::in_place_rounds_give_the_same_results); }
+TEST_CASE("a lagging application (max_lag 3) gets every result in order and loses nothing") { for_every_size(collective_rules::a_lagging_application_gets_every_result_and_loses_nothing); }
 
 TEST_CASE("mismatched creation arguments give an error on every rank") { for_every_size(collective_rules::mismatched_creation_arguments_fail_everywhere); }
 

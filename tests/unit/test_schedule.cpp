@@ -107,17 +107,19 @@ struct SimRank {
   std::vector<std::byte> landing;
 };
 
-// Where one chunk of a transfer lands at the receiver, as the engine addresses it.
-std::byte* landing_place(SimRank& receiver, const Transfer& transfer, const Chunk& chunk, std::size_t esize) {
+// Where one chunk of a transfer lands at the receiver in `round`, as the engine addresses it.
+std::byte* landing_place(SimRank& receiver, const Transfer& transfer, const Chunk& chunk, std::size_t esize,
+                         std::uint64_t round = 0) {
   return transfer.lands_in_result() ? receiver.work.data() + chunk.offset * esize
-                                    : receiver.landing.data() + chunk.landing_offset * esize;
+                                    : receiver.landing.data() + transfer.landing_offset(round, chunk.index) * esize;
 }
 
 // The engine's reduction of one arrived chunk: from the landing slot into the work buffer.
-void reduce_chunk(SimRank& rank, const Chunk& chunk, pcoll_dtype_t dtype, pcoll_op_t op) {
+void reduce_chunk(SimRank& rank, const Transfer& transfer, const Chunk& chunk, pcoll_dtype_t dtype, pcoll_op_t op,
+                  std::uint64_t round = 0) {
   const std::size_t esize = wire_element_bytes(dtype);
   reduce_into(dtype, op, rank.work.data() + chunk.offset * esize,
-              rank.landing.data() + chunk.landing_offset * esize, chunk.count);
+              rank.landing.data() + transfer.landing_offset(round, chunk.index) * esize, chunk.count);
 }
 
 // Executes the plans of all ranks tag by tag. Within a tag every write happens before any
@@ -143,7 +145,7 @@ void simulate(const std::vector<ReducePlan>& plans, pcoll_dtype_t dtype, pcoll_o
       const Step* step = find_step(plans[r], tag);
       if (step == nullptr || !step->reduces()) continue;
       for (std::size_t i = 0; i < step->recv->chunk_count(); ++i) {
-        reduce_chunk(sim[r], step->recv->chunk(i), dtype, op);
+        reduce_chunk(sim[r], *step->recv, step->recv->chunk(i), dtype, op);
       }
     }
   }
@@ -311,7 +313,7 @@ void check_async_execution(ReduceAlgorithm algorithm, int ranks, std::size_t cou
       const std::uint32_t index = arrivals[r][step.tag][handled[r]];
       INFO(describe(algorithm, ranks, count) << " rank " << r << " tag " << step.tag);
       REQUIRE(index < step.recv->chunk_count());
-      if (step.reduces()) reduce_chunk(sim[r], step.recv->chunk(index), PCOLL_INT64, PCOLL_OP_SUM);
+      if (step.reduces()) reduce_chunk(sim[r], *step.recv, step.recv->chunk(index), PCOLL_INT64, PCOLL_OP_SUM);
       ++handled[r];
     } else {
       ++position[r];
@@ -327,6 +329,221 @@ void check_async_execution(ReduceAlgorithm algorithm, int ranks, std::size_t cou
       if (step.receives()) CHECK(arrivals[r][step.tag].size() == step.recv->chunk_count());
     }
     REQUIRE(same_bytes(sim[r].work.data(), expected.data(), count * esize));
+  }
+}
+
+// Several rounds through bounded landing pools, as the engine runs them (reduce_plan.hpp,
+// Transfer): a chunk that lands in a slot is posted only while its ring position is free
+// by the implicit rule (round t - 2 reduced) or the receiver's credits; a windowed receiver
+// returns credits a quarter ring at a time and when a round's chunks are all reduced;
+// chunks and credits are delivered in any order, each write reading the sender's work
+// buffer and writing the receiver's at delivery time; a rank reduces a chunk of a range it
+// sends only once its own chunk of that range was delivered, and joins the next round only
+// once all its writes were delivered; data for the next round may arrive early. A write
+// into a ring position that still holds an unreduced chunk fails at once; so does a state
+// where nothing can move before every rank finished (a flow-control deadlock).
+void check_pooled_rounds(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::size_t chunk_elems,
+                         std::size_t pool_chunks, int rounds, std::uint64_t seed) {
+  constexpr std::size_t esize = sizeof(std::int64_t);
+  const auto n = static_cast<std::size_t>(ranks);
+  std::vector<ReducePlan> plans;
+  for (int r = 0; r < ranks; ++r) plans.push_back(make_plan(algorithm, ranks, r, count, chunk_elems, pool_chunks));
+  std::vector<SimRank> sim = make_ranks(plans, PCOLL_INT64);
+  std::mt19937_64 rng(seed);
+  const auto input = [&](std::size_t r, int t, std::size_t i) {
+    return static_cast<std::int64_t>((r * 31 + static_cast<std::size_t>(t) * 17 + i * 7) % 1000);
+  };
+  const auto load_inputs = [&](std::size_t r, int t) {
+    auto* values = reinterpret_cast<std::int64_t*>(sim[r].work.data());
+    for (std::size_t i = 0; i < count; ++i) values[i] = input(r, t, i);
+  };
+  const std::size_t tags = plans[0].tag_count;
+  struct RankState {
+    int round = 0;
+    std::size_t position = 0;  // step
+    std::size_t posted = 0;    // chunks of the step's send posted
+    std::vector<std::size_t> undelivered;  // [chunk] of the step's send: 1 until delivered
+    std::size_t writes_in_flight = 0;
+    std::vector<std::uint64_t> credit, sent;  // [tag], as the engine's credit_ / sent_
+    // [parity][tag]: arrived chunks (in order), seen/done bitmaps, handled, prefix, credited
+    struct Arrivals {
+      std::vector<std::uint32_t> order;
+      std::vector<std::uint8_t> seen, done;
+      std::size_t handled = 0, prefix = 0, credited = 0;
+    };
+    std::vector<Arrivals> arrivals[2];
+    std::vector<std::uint8_t> occupied;  // [landing element]: holds an unreduced chunk
+    bool finished = false;
+  };
+  std::vector<RankState> state(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    RankState& st = state[r];
+    st.credit.assign(tags, 0);
+    st.sent.assign(tags, 0);
+    for (auto& parity : st.arrivals) {
+      parity.resize(tags);
+      for (const Step& step : plans[r].steps) {
+        if (!step.receives()) continue;
+        parity[step.tag].seen.assign(step.recv->chunk_count(), 0);
+        parity[step.tag].done.assign(step.recv->chunk_count(), 0);
+      }
+    }
+    st.occupied.assign(plans[r].landing_elems(), 0);
+    load_inputs(r, 0);
+    st.finished = plans[r].steps.empty() && rounds == 1;
+  }
+  struct Message {
+    bool credit;
+    std::size_t from, to;
+    const Step* step;  // the sender's step (data), or the receiver's step (credit)
+    int round;
+    std::size_t chunk;
+    std::uint64_t sequence;  // credit
+  };
+  std::vector<Message> in_flight;
+  const auto current = [&](std::size_t r) -> const Step* {
+    const RankState& st = state[r];
+    return st.position < plans[r].steps.size() ? &plans[r].steps[st.position] : nullptr;
+  };
+  const auto can_post = [&](std::size_t r) {
+    const Step* step = current(r);
+    if (step == nullptr || !step->sends() || state[r].posted == step->send->chunk_count()) return false;
+    const Transfer& send = *step->send;
+    if (send.lands_in_result()) return true;
+    const auto t = static_cast<std::uint64_t>(state[r].round);
+    const std::uint64_t reduced = std::max<std::uint64_t>(t == 0 ? 0 : send.sequence(t - 1, 0), state[r].credit[step->tag]);
+    return send.sequence(t, state[r].posted) < reduced + send.slot_depth;
+  };
+  // An arrived, unhandled chunk this rank can handle now, or -1.
+  const auto handleable = [&](std::size_t r) -> long {
+    const Step* step = current(r);
+    if (step == nullptr || !step->receives()) return -1;
+    const RankState& st = state[r];
+    const auto& arrivals = st.arrivals[st.round & 1][step->tag];
+    for (const std::uint32_t c : arrivals.order) {
+      if (arrivals.done[c]) continue;
+      if (step->reduces() && step->sends() && ranges_overlap(*step->send, *step->recv) &&
+          (c >= st.posted || st.undelivered[c] != 0))
+        continue;
+      return static_cast<long>(c);
+    }
+    return -1;
+  };
+  const auto can_finish_step = [&](std::size_t r) {
+    const Step* step = current(r);
+    if (step == nullptr) return false;
+    const RankState& st = state[r];
+    const bool sent = !step->sends() || st.posted == step->send->chunk_count();
+    const bool received = !step->receives() || st.arrivals[st.round & 1][step->tag].handled == step->recv->chunk_count();
+    return sent && received;
+  };
+  const auto can_next_round = [&](std::size_t r) {
+    const RankState& st = state[r];
+    return !st.finished && current(r) == nullptr && st.writes_in_flight == 0;
+  };
+
+  for (;;) {
+    std::vector<std::size_t> movable;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (can_post(r) || handleable(r) >= 0 || can_finish_step(r) || can_next_round(r)) movable.push_back(r);
+    }
+    const std::size_t choices = in_flight.size() + movable.size();
+    if (choices == 0) break;
+    const std::size_t pick = rng() % choices;
+    if (pick < in_flight.size()) {
+      const Message m = in_flight[pick];
+      in_flight[pick] = in_flight.back();
+      in_flight.pop_back();
+      if (m.credit) {
+        state[m.to].credit[m.step->tag] = std::max(state[m.to].credit[m.step->tag], m.sequence);
+        continue;
+      }
+      const Transfer& send = *m.step->send;
+      const Chunk chunk = send.chunk(m.chunk);
+      RankState& receiver = state[m.to];
+      if (!send.lands_in_result()) {
+        const std::size_t at = send.landing_offset(static_cast<std::uint64_t>(m.round), m.chunk);
+        for (std::size_t e = 0; e < chunk.count; ++e) {
+          INFO(describe(algorithm, ranks, count) << " pool " << pool_chunks << " round " << m.round << " tag "
+                                                 << m.step->tag << " chunk " << m.chunk);
+          REQUIRE_FALSE(receiver.occupied[at + e]);  // a write over an unreduced chunk
+          receiver.occupied[at + e] = 1;
+        }
+      }
+      copy_bytes(landing_place(sim[m.to], send, chunk, esize, static_cast<std::uint64_t>(m.round)),
+                 sim[m.from].work.data() + chunk.offset * esize, chunk.count * esize);
+      auto& arrivals = receiver.arrivals[m.round & 1][m.step->tag];
+      REQUIRE((m.round == receiver.round || m.round == receiver.round + 1));
+      arrivals.seen[m.chunk] = 1;
+      arrivals.order.push_back(static_cast<std::uint32_t>(m.chunk));
+      RankState& sender = state[m.from];
+      --sender.writes_in_flight;
+      if (sender.round == m.round && current(m.from) == m.step) sender.undelivered[m.chunk] = 0;
+      continue;
+    }
+    const std::size_t r = movable[pick - in_flight.size()];
+    RankState& st = state[r];
+    const Step* step = current(r);
+    const long arrived = handleable(r);
+    if (can_post(r)) {
+      if (st.posted == 0) st.undelivered.assign(step->send->chunk_count(), 1);
+      in_flight.push_back(Message{false, r, static_cast<std::size_t>(step->peer), step, st.round, st.posted, 0});
+      ++st.posted;
+      ++st.writes_in_flight;
+      if (!step->send->lands_in_result()) st.sent[step->tag] = step->send->sequence(static_cast<std::uint64_t>(st.round), st.posted);
+    } else if (arrived >= 0) {
+      const auto c = static_cast<std::size_t>(arrived);
+      const Transfer& recv = *step->recv;
+      auto& arrivals = st.arrivals[st.round & 1][step->tag];
+      if (step->reduces()) {
+        reduce_chunk(sim[r], recv, recv.chunk(c), PCOLL_INT64, PCOLL_OP_SUM, static_cast<std::uint64_t>(st.round));
+        const std::size_t at = recv.landing_offset(static_cast<std::uint64_t>(st.round), c);
+        for (std::size_t e = 0; e < recv.chunk(c).count; ++e) st.occupied[at + e] = 0;
+      }
+      arrivals.done[c] = 1;
+      ++arrivals.handled;
+      while (arrivals.prefix < recv.chunk_count() && arrivals.done[arrivals.prefix]) ++arrivals.prefix;
+      const bool all = arrivals.handled == recv.chunk_count();
+      if (recv.windowed() &&
+          (all || arrivals.prefix - arrivals.credited >= std::max<std::size_t>(1, recv.slot_depth / 4))) {
+        arrivals.credited = arrivals.prefix;
+        const auto t = static_cast<std::uint64_t>(st.round);
+        in_flight.push_back(Message{true, r, static_cast<std::size_t>(step->peer), step, st.round, 0,
+                                    all ? recv.sequence(t + 1, 0) : recv.sequence(t, arrivals.prefix)});
+      }
+    } else if (can_finish_step(r)) {
+      ++st.position;
+      st.posted = 0;
+    } else {
+      // The round is complete here: exact sum of every rank's inputs of this round.
+      auto* values = reinterpret_cast<const std::int64_t*>(sim[r].work.data());
+      for (std::size_t i = 0; i < count; ++i) {
+        std::int64_t want = 0;
+        for (std::size_t q = 0; q < n; ++q) want += input(q, st.round, i);
+        INFO(describe(algorithm, ranks, count) << " pool " << pool_chunks << " rank " << r << " round " << st.round
+                                               << " element " << i);
+        REQUIRE(values[i] == want);
+      }
+      for (auto& arrivals : st.arrivals[st.round & 1]) {
+        for (const std::uint32_t c : arrivals.order) arrivals.seen[c] = arrivals.done[c] = 0;
+        arrivals.order.clear();
+        arrivals.handled = arrivals.prefix = arrivals.credited = 0;
+      }
+      if (st.round + 1 == rounds) {
+        st.finished = true;
+      } else {
+        ++st.round;
+        st.position = 0;
+        st.posted = 0;
+        load_inputs(r, st.round);
+      }
+    }
+  }
+  for (std::size_t r = 0; r < n; ++r) {
+    INFO(describe(algorithm, ranks, count) << " pool " << pool_chunks << " seed " << seed << ": rank " << r
+                                           << " stopped in round " << state[r].round << " at step "
+                                           << state[r].position);
+    REQUIRE(state[r].finished);
   }
 }
 
@@ -391,9 +608,10 @@ TEST_CASE("landing slots don't overlap, hold every incoming segment, one step ea
       REQUIRE(plan.landing_slots.size() == plans[0].landing_slots.size());
       for (std::size_t i = 0; i < plan.landing_slots.size(); ++i) {
         CHECK(plan.landing_slots[i].offset == plans[0].landing_slots[i].offset);
-        CHECK(plan.landing_slots[i].elems == plans[0].landing_slots[i].elems);
+        CHECK(plan.landing_slots[i].depth == plans[0].landing_slots[i].depth);
+        CHECK(plan.landing_slots[i].stride == plans[0].landing_slots[i].stride);
         if (i > 0) {
-          CHECK(plan.landing_slots[i].offset >= plan.landing_slots[i - 1].offset + plan.landing_slots[i - 1].elems);
+          CHECK(plan.landing_slots[i].offset >= plan.landing_slots[i - 1].offset + plan.landing_slots[i - 1].elems());
         }
       }
       std::set<int> used_slots;
@@ -409,7 +627,12 @@ TEST_CASE("landing slots don't overlap, hold every incoming segment, one step ea
           REQUIRE(static_cast<std::size_t>(transfer->slot) < plan.landing_slots.size());
           const LandingSlot& slot = plan.landing_slots[static_cast<std::size_t>(transfer->slot)];
           CHECK(transfer->slot_offset == slot.offset);
-          CHECK(transfer->count <= slot.elems);
+          CHECK(transfer->slot_depth == slot.depth);
+          CHECK(transfer->slot_stride == slot.stride);
+          // Every chunk fits its ring position; with an unbounded pool, two rounds fit the
+          // ring (no credits needed).
+          for (std::size_t i = 0; i < transfer->chunk_count(); ++i) CHECK(transfer->chunk(i).count <= slot.stride);
+          CHECK_FALSE(transfer->windowed());
         }
         if (s.reduces()) CHECK(used_slots.insert(s.recv->slot).second);
       }
@@ -541,7 +764,8 @@ TEST_CASE("extra ranks fold into distinct adjacent partners, one per core rank a
 TEST_CASE("chunks cover a transfer exactly, and an empty transfer is one empty chunk") {
   for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{9}, std::size_t{10}, std::size_t{1001}}) {
     for (const std::size_t chunk_elems : {std::size_t{1}, std::size_t{3}, std::size_t{10}, std::size_t{4096}}) {
-      const Transfer transfer{100, count, 2, 500, chunk_elems};
+      const std::size_t stride = std::min(chunk_elems, count);
+      const Transfer transfer{100, count, 2, 500, chunk_elems, 7, stride};
       const std::size_t chunks = transfer.chunk_count();
       CHECK(chunks == (count == 0 ? 1 : (count + chunk_elems - 1) / chunk_elems));
       std::size_t next = 100;
@@ -549,7 +773,9 @@ TEST_CASE("chunks cover a transfer exactly, and an empty transfer is one empty c
         const Chunk chunk = transfer.chunk(i);
         CHECK(chunk.index == i);
         CHECK(chunk.offset == next);
-        CHECK(chunk.landing_offset == 500 + (next - 100));
+        CHECK(transfer.landing_offset(0, i) == 500 + (i % 7) * stride);
+        // Round t's chunks follow round t - 1's around the ring.
+        CHECK(transfer.landing_offset(3, i) == 500 + ((3 * chunks + i) % 7) * stride);
         CHECK(chunk.count <= chunk_elems);
         // Every chunk but the last is full: both ends find a chunk's place from its index.
         if (i + 1 < chunks) CHECK(chunk.count == chunk_elems);
@@ -562,22 +788,28 @@ TEST_CASE("chunks cover a transfer exactly, and an empty transfer is one empty c
 }
 
 TEST_CASE("chunks hold PCOLL_CHUNK_BYTES, grown so that a notification can number them") {
-  CHECK(chunk_elems_for(1000, 256 * 1024, 4) == 65536);
-  CHECK(chunk_elems_for(1000, 256 * 1024, 8) == 32768);
-  CHECK(chunk_elems_for(1000, 2, 4) == 1);  // at least one element
+  CHECK(chunk_elems_for(1000, 256 * 1024, 4, 4096) == 65536);
+  CHECK(chunk_elems_for(1000, 256 * 1024, 8, 4096) == 32768);
+  CHECK(chunk_elems_for(1000, 2, 4, 4096) == 1);  // at least one element
   const std::size_t huge = (std::size_t{1} << 30) + 6;
-  CHECK(chunk_elems_for(huge, 4096, 4) == (huge + kMaxChunks - 1) / kMaxChunks);
-  CHECK_THROWS_AS(chunk_elems_for(1000, 4096, 0), Error);
-  // Plans sized as the engine sizes them never need a chunk or tag the notification lacks.
-  for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    for (const int ranks : {1, 2, 3, 8, 13, 1000}) {
-      for (const std::size_t count : {std::size_t{0}, std::size_t{1000}, huge}) {
-        const ReducePlan plan = make_plan(algorithm, ranks, ranks - 1, count, chunk_elems_for(count, 4096, 4));
-        INFO(describe(algorithm, ranks, count));
-        CHECK(plan.tag_count <= kMaxSlots);
-        for (const Step& s : plan.steps) {
-          for (const auto& transfer : {s.send, s.recv}) {
-            if (transfer) CHECK(transfer->chunk_count() <= kMaxChunks);
+  CHECK(chunk_elems_for(huge, 4096, 4, 4096) == (huge + 4095) / 4096);
+  CHECK_THROWS_AS(chunk_elems_for(1000, 4096, 0, 4096), Error);
+  CHECK_THROWS_AS(chunk_elems_for(1000, 4096, 4, 0), Error);
+  // Plans sized as the engine sizes them never need a chunk or tag the notification lacks,
+  // in either width (P up to what the 32-bit layout addresses).
+  for (const unsigned bits : {64u, 32u}) {
+    const NoticeCodec codec(bits);
+    for (const ReduceAlgorithm algorithm : kAlgorithms) {
+      for (const int ranks : {1, 2, 3, 8, 13, 1000, 32767}) {
+        for (const std::size_t count : {std::size_t{0}, std::size_t{1000}, huge}) {
+          const ReducePlan plan =
+              make_plan(algorithm, ranks, ranks - 1, count, chunk_elems_for(count, 4096, 4, codec.max_chunks()));
+          INFO(bits << "-bit " << describe(algorithm, ranks, count));
+          CHECK(plan.tag_count <= codec.max_tags());
+          for (const Step& s : plan.steps) {
+            for (const auto& transfer : {s.send, s.recv}) {
+              if (transfer) CHECK(transfer->chunk_count() <= codec.max_chunks());
+            }
           }
         }
       }
@@ -586,7 +818,7 @@ TEST_CASE("chunks hold PCOLL_CHUNK_BYTES, grown so that a notification can numbe
 }
 
 TEST_CASE("transfers overlap only when both carry elements in a common range") {
-  const auto range = [](std::size_t offset, std::size_t count) { return Transfer{offset, count, kNoSlot, 0, 1}; };
+  const auto range = [](std::size_t offset, std::size_t count) { return Transfer{offset, count, kNoSlot, 0, 1, 1, 0}; };
   CHECK(ranges_overlap(range(0, 10), range(0, 10)));
   CHECK(ranges_overlap(range(0, 10), range(9, 1)));
   CHECK_FALSE(ranges_overlap(range(0, 10), range(10, 5)));
@@ -607,6 +839,7 @@ TEST_CASE("invalid ranks and chunk sizes are rejected with an error") {
   CHECK_THROWS_AS(rabenseifner(4, 4, 10, 1), Error);
   CHECK_THROWS_AS(rabenseifner(4, -1, 10, 1), Error);
   CHECK_THROWS_AS(make_plan(ReduceAlgorithm::recursive_doubling, 4, 0, 10, 0), Error);
+  CHECK_THROWS_AS(make_plan(ReduceAlgorithm::recursive_doubling, 4, 0, 10, 1, 0), Error);
   CHECK_THROWS_AS(core_rank(5, 4), Error);
 }
 
@@ -619,4 +852,33 @@ TEST_CASE("small vectors use recursive doubling, large ones rabenseifner") {
   CHECK(choose_algorithm(3, 1 << 20) == ReduceAlgorithm::recursive_doubling);
   CHECK(choose_algorithm(5, 1 << 20) == ReduceAlgorithm::rabenseifner);
   CHECK(choose_algorithm(16, 1 << 20, 1 << 20) == ReduceAlgorithm::recursive_doubling);
+}
+
+TEST_CASE("bounded landing pools: rounds stay exact, no ring position is overwritten, no deadlock") {
+  for (const ReduceAlgorithm algorithm : kAlgorithms) {
+    for (const int ranks : {2, 3, 4, 5, 6, 8}) {
+      for (const std::size_t count : {std::size_t{1}, std::size_t{40}, std::size_t{97}}) {
+        // One chunk per ring position up to rings far larger than a round.
+        for (const std::size_t pool_chunks : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{64}}) {
+          for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+            CAPTURE(seed);
+            check_pooled_rounds(algorithm, ranks, count, 4, pool_chunks, 4, seed);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a bounded pool is windowed exactly when a round's chunks exceed half its ring") {
+  const ReducePlan small = make_plan(ReduceAlgorithm::recursive_doubling, 2, 0, 100, 10, 64);
+  REQUIRE(small.steps.size() == 1);
+  CHECK(small.steps[0].recv->slot_depth == 20);  // two rounds of 10 chunks
+  CHECK_FALSE(small.steps[0].recv->windowed());
+  const ReducePlan large = make_plan(ReduceAlgorithm::recursive_doubling, 2, 0, 100, 10, 8);
+  CHECK(large.steps[0].recv->slot_depth == 8);
+  CHECK(large.steps[0].recv->windowed());
+  CHECK(large.landing_elems() == 8 * 10);  // bounded whatever the vector
+  const ReducePlan huge = make_plan(ReduceAlgorithm::recursive_doubling, 2, 0, 100000, 10, 8);
+  CHECK(huge.landing_elems() == 8 * 10);
 }

@@ -131,7 +131,7 @@ size_t OfiTransport::progress_locked() {
       const bool incoming = (e.flags & (FI_RECV | FI_REMOTE_WRITE | FI_REMOTE_READ)) != 0;
       if (incoming && (e.flags & FI_REMOTE_CQ_DATA)) {
         // write_notify's value; the data it describes is already in place.
-        notifications_.push_back(e.data);
+        notifications_.push_back(e.data & value_mask_);
         if ((e.flags & FI_RECV) && e.op_context != nullptr &&
             static_cast<Op*>(e.op_context)->kind == Op::Kind::recv)
           repost_receive_locked(*static_cast<RecvSlot*>(static_cast<Op*>(e.op_context)));

@@ -1,9 +1,11 @@
 // Opening the fabric, domain, CQ, AV and endpoint for the chosen provider, checking that it
 // has the 64-bit atomics pcoll needs, and describing it in Capabilities.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "log.hpp"
+#include "settings.hpp"
 #include "ofi_transport.hpp"
 
 namespace pcoll::transport::ofi {
@@ -16,6 +18,15 @@ OfiTransport::OfiTransport(ProviderInfo provider, const Options& options)
   mr_mode_ = info->domain_attr->mr_mode;
   mr_key_bytes_ = info->domain_attr->mr_key_size;
   inject_bytes_ = info->tx_attr->inject_size;
+  cq_data_bytes_ = std::min<size_t>(8, info->domain_attr->cq_data_size);
+  // Tests lower it to what verbs and EFA report, so the 32-bit notification path runs here.
+  if (const auto lowered = settings::raw("PCOLL_TEST_OFI_CQ_DATA_SIZE")) {
+    const auto bytes = settings::parse_unsigned("PCOLL_TEST_OFI_CQ_DATA_SIZE", *lowered);
+    if (bytes != 4 && bytes != 8)
+      invalid_argument("PCOLL_TEST_OFI_CQ_DATA_SIZE=" + *lowered + " is neither 4 nor 8");
+    cq_data_bytes_ = std::min<size_t>(cq_data_bytes_, bytes);
+  }
+  value_mask_ = cq_data_bytes_ >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * cq_data_bytes_)) - 1;
   max_write_bytes_ = info->ep_attr->max_msg_size;
   open_objects();
   check_atomics();
@@ -123,10 +134,9 @@ void OfiTransport::fill_capabilities() {
   caps_.domain = info->domain_attr->name ? info->domain_attr->name : "?";
   caps_.inject_bytes = inject_bytes_;
   caps_.max_write_bytes = max_write_bytes_;
-  // notify() carries 64 bits in a message; write_notify carries cq_data_size bytes.
-  caps_.notify_bits = info->domain_attr->cq_data_size >= 8
-                          ? 64u
-                          : static_cast<unsigned>(info->domain_attr->cq_data_size * 8);
+  // notify() carries 64 bits in a message; write_notify carries cq_data_size bytes, and a
+  // value is one or the other: only the bits both carry are promised.
+  caps_.notify_bits = static_cast<unsigned>(cq_data_bytes_ * 8);
   caps_.target_progress = info->domain_attr->data_progress == FI_PROGRESS_MANUAL;
   caps_.wait_object = fd_wait_;
 }

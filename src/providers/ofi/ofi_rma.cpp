@@ -133,7 +133,7 @@ void OfiTransport::post_write_chunk(const OfiLocalRegion& src, size_t src_offset
   msg.rma_iov = &rma_iov;
   msg.rma_iov_count = 1;
   msg.context = static_cast<Op*>(&bucket);
-  msg.data = value;
+  msg.data = value & value_mask_;  // what the NIC's remote CQ data can hold
   const ssize_t rc = post_with_retry([&] { return fi_writemsg(ep_.get(), &msg, flags); }, lock,
                                      Clock::now() + options_.timeout);
   if (rc != 0) fail_post(with_value ? "write_notify" : "write", peer, rc, options_.timeout);

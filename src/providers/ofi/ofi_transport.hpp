@@ -285,6 +285,10 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   uint64_t mr_mode_ = 0;
   size_t mr_key_bytes_ = 8;
   size_t inject_bytes_ = 0;
+  // Bytes of remote CQ data a write_notify carries (fi_getinfo's cq_data_size, or less under
+  // PCOLL_TEST_OFI_CQ_DATA_SIZE), and the mask of the value bits that arrive intact.
+  size_t cq_data_bytes_ = 8;
+  uint64_t value_mask_ = ~uint64_t{0};
   size_t max_write_bytes_ = 0;
   bool fd_wait_ = false;
   bool native_swap_ = false;
