@@ -38,6 +38,15 @@ struct Capabilities {
   bool wait_object = false;         // wait() sleeps on a provider fd (else spin, then back off)
 };
 
+// How the notifications this process sent to one peer travelled (Transport::
+// notification_paths): stores into memory mapped from the peer (a shared-memory mailbox)
+// or provider messages. Tests and pcoll_info read it to see which path a peer gets; a
+// provider with a single path counts nothing.
+struct NotificationPaths {
+  uint64_t by_memory = 0;
+  uint64_t by_message = 0;
+};
+
 // Per-transport settings the collectives pass down.
 struct Options {
   // Blocking operations (atomics, flush, connect) give up after this long with
@@ -73,7 +82,10 @@ class Transport {
   virtual const Capabilities& capabilities() const = 0;
 
   // --- Addressing: address() of every rank is gathered by the bootstrap (rank order) and
-  // handed to connect(), which inserts them all. Rank r is peer r afterwards.
+  // handed to connect(), which inserts them all. Rank r is peer r afterwards. connect() is
+  // collective: every rank calls it, and a provider may exchange messages with every peer
+  // before returning (at most Options::timeout), so that the first operation finds its
+  // connection made.
   virtual Bytes address() const = 0;
   virtual void connect(int my_rank, std::span<const Bytes> addresses) = 0;
   virtual int rank() const = 0;
@@ -97,6 +109,9 @@ class Transport {
                             size_t dst_offset, size_t bytes, uint64_t value) = 0;
   // `value` alone. No ordering against earlier writes unless flush() came between.
   virtual void notify(int peer, uint64_t value) = 0;
+  // Counts of the paths notify()/write_notify() to `peer` took so far (see
+  // NotificationPaths); all zero where the provider has one path only.
+  virtual NotificationPaths notification_paths(int /*peer*/) const { return {}; }
 
   // --- 64-bit remote atomics on an 8-byte-aligned word. Blocking; return the old value.
   virtual uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) = 0;

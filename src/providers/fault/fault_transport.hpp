@@ -57,6 +57,7 @@ class FaultTransport final : public Transport {
   void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
                     size_t bytes, uint64_t value) override;
   void notify(int peer, uint64_t value) override;
+  NotificationPaths notification_paths(int peer) const override { return inner_->notification_paths(peer); }
   uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
   uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) override;
   uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
