@@ -137,6 +137,10 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .min = 4, .max = 8,
      .doc = "ofi: carry only this many bytes of remote CQ data (4: as verbs and EFA do), below what "
             "fi_getinfo reports"},
+    {.name = "PCOLL_TEST_UCX_UNMAPPED_RANK", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",
+     .min = 0, .max = UINT32_MAX,
+     .doc = "ucx: this rank and its peers map none of each other's memory (as if it ran on another "
+            "host), so notifications between them take the network path instead of the mailbox"},
     {.name = "PCOLL_TEST_ATOMICS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "10000",
      .min = 1, .max = 100000000, .doc = "transport_conformance: atomics per rank in the contention cases"},
     {.name = "PCOLL_TEST_ABSENT_RANK", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",

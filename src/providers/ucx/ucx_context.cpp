@@ -5,6 +5,7 @@
 
 #include "env.hpp"
 #include "log.hpp"
+#include "settings.hpp"
 #include "topology.hpp"
 #include "ucx_transport.hpp"
 
@@ -14,17 +15,20 @@ namespace {
 
 struct VariantConfig {
   const char* tls;          // UCX_TLS for this variant; nullptr keeps the user's UCX_TLS
-  const char* description;  // Capabilities::provider
+  std::string description;  // Capabilities::provider
+  // Same-host peers may take the mailbox: every selector but one that names a network
+  // transport, whose suites must test that transport for every peer.
+  bool mailbox;
 };
 
 VariantConfig variant_config(const std::string& variant) {
   // cma joins posix/sysv so that memory the caller registers (not allocated by UCX, so not
   // in a shared segment) still gets zero-copy one-sided puts and large-message rendezvous.
-  if (variant == "shm") return {"posix,sysv,cma,self", "posix,sysv,cma,self"};
-  if (variant == "tcp") return {"tcp,self", "tcp,self"};
+  if (variant == "shm") return {"posix,sysv,cma,self", "posix,sysv,cma,self", true};
+  if (variant == "tcp") return {"tcp,self", "tcp,self", false};
   if (variant.empty()) {
     const auto user_tls = env::get("UCX_TLS");
-    return {nullptr, user_tls ? user_tls->c_str() : "all"};
+    return {nullptr, user_tls.value_or("all"), true};
   }
   invalid_argument("PCOLL_PROVIDER='ucx:" + variant +
                    "' is not a UCX variant; use ucx (UCX_TLS decides), ucx:shm or ucx:tcp");
@@ -77,6 +81,9 @@ void UcxCore::create_context() {
   ConfigPtr config(raw_config);
 
   if (vc.tls) modify(config.get(), "TLS", vc.tls);
+  mailbox_wanted = vc.mailbox;
+  if (const auto rank = settings::raw("PCOLL_TEST_UCX_UNMAPPED_RANK"))
+    unmapped_rank = static_cast<int>(settings::parse_unsigned("PCOLL_TEST_UCX_UNMAPPED_RANK", *rank));
   // The NIC closest to this process (hwloc) or PCOLL_NIC, unless the user set UCX_NET_DEVICES.
   const std::string nic = std::getenv("UCX_NET_DEVICES") ? "" : topology::ucx_net_devices(variant);
   if (!nic.empty()) modify(config.get(), "NET_DEVICES", nic.c_str());

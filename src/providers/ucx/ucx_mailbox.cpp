@@ -1,4 +1,5 @@
-// Shared-memory notification rings for ucx:shm (see Mailbox in ucx_transport.hpp).
+// Shared-memory notification rings towards the peers whose memory UCX maps here (see Mailbox
+// in ucx_transport.hpp).
 //
 // Region layout, in bytes from the base (every part 64-byte aligned):
 //   [0, 64)                     sleep flag (uint64): non-zero while a thread sleeps on the fd
@@ -79,17 +80,14 @@ void Mailbox::open(int my_rank, int ranks) {
   key_ = pack_key(core_.context.get(), memh_, reinterpret_cast<uintptr_t>(base_), bytes_,
                   address_fingerprint(core_.worker_address));
   peers_.assign(static_cast<size_t>(ranks), PeerBox{});
-  auto early = std::move(early_keys_);
-  early_keys_.clear();
-  for (auto& [peer, key] : early) attach(peer, key);
+}
+
+bool Mailbox::attached(int peer) const {
+  return is_open() && peer >= 0 && peer < ranks_ && peers_[static_cast<size_t>(peer)].ring != nullptr;
 }
 
 void Mailbox::attach(int peer, std::span<const std::byte> key) {
-  if (!is_open()) {
-    // A fast peer's key can beat our own connect(): keep it for open().
-    if (early_keys_.size() < 4096) early_keys_.emplace_back(peer, Bytes(key.begin(), key.end()));
-    return;
-  }
+  if (!is_open()) return;
   if (peer < 0 || peer >= ranks_ || peer == my_rank_) {
     log::warn("ucx: ignored a mailbox key that names rank " + std::to_string(peer));
     return;
@@ -99,18 +97,26 @@ void Mailbox::attach(int peer, std::span<const std::byte> key) {
   const Peer& p = core_.peer(peer);
   // A peer that failed (it died while its announcement was on the way): UCX 1.13 faults
   // unpacking a key on the endpoint its error handler tore down.
-  if (p.failure != UCS_OK || p.ep == nullptr) return;
+  if (p.failure != UCS_OK || p.ep == nullptr || !core_.may_map(peer)) return;
   try {
     const KeyView view = decode_key(key, "mailbox key from rank " + std::to_string(peer));
     const size_t expected = kRingBase + static_cast<size_t>(ranks_) * (kRingBytes + kLine);
     if (view.origin != p.address_fingerprint || view.length != expected || view.rkey.empty())
       fail(Errc::protocol, "mailbox key from rank " + std::to_string(peer) +
                                " does not describe that rank's mailbox for " + std::to_string(ranks_) + " ranks");
+    // UCX unpacks only the parts of the key that this endpoint's transports reach: a
+    // peer on another host (or in another IPC namespace, which UCX 1.13's shared-memory
+    // transports compare) gets no shared-memory part, so nothing is attached and
+    // ucp_rkey_ptr says UNREACHABLE. Attaching is what fails in UCX's crashing error path
+    // (docs/reliability.md); that peer answered our connect just now, so it is alive.
     ucp_rkey_h rkey = nullptr;
     if (ucp_ep_rkey_unpack(p.ep, view.rkey.data(), &rkey) != UCS_OK) return;
     void* local = nullptr;
-    if (ucp_rkey_ptr(rkey, view.address, &local) != UCS_OK) {
+    const ucs_status_t mapped = ucp_rkey_ptr(rkey, view.address, &local);
+    if (mapped != UCS_OK) {
       ucp_rkey_destroy(rkey);  // not mapped here: that peer keeps using active messages
+      log::debug("ucx: rank " + std::to_string(peer) + "'s mailbox is not mapped here (" +
+                 ucs_status_string(mapped) + "); its notifications are messages");
       return;
     }
     auto* theirs = static_cast<std::byte*>(local);

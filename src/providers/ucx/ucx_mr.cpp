@@ -47,10 +47,12 @@ UcxLocalRegion::~UcxLocalRegion() {
 UcxRemoteRegion::UcxRemoteRegion(std::shared_ptr<UcxCore> core, int peer, uint64_t address,
                                  size_t bytes, ucp_rkey_h rkey)
     : core_(std::move(core)), peer_(peer), address_(address), bytes_(bytes), rkey_(rkey) {
-  // Shared memory: UCX maps the peer's segment here, so the mailbox can store into it.
+  // Shared memory: UCX maps the peer's segment here (a peer on this host, memory from
+  // allocate()), so the mailbox path can copy into it. Peers elsewhere: UNREACHABLE.
   std::unique_lock lock(core_->mutex);
   void* local = nullptr;
-  if (rkey_ && core_->mailbox.is_open() && ucp_rkey_ptr(rkey_, address_, &local) == UCS_OK)
+  if (rkey_ && core_->mailbox.is_open() && core_->may_map(peer_) &&
+      ucp_rkey_ptr(rkey_, address_, &local) == UCS_OK)
     mapped_ = static_cast<std::byte*>(local);
 }
 

@@ -208,8 +208,11 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
   // Earlier plain writes to the peer may still be in flight: only with none pending may
   // this copy overtake nothing it must not.
   if (d.mapped() != nullptr && p.puts_posted == p.puts_flushed &&
-      send_by_mailbox(lock, p, d.mapped() + dst_offset, d.address() + dst_offset, source, bytes, value))
+      send_by_mailbox(lock, p, d.mapped() + dst_offset, d.address() + dst_offset, source, bytes, value)) {
+    ++p.paths.by_memory;
     return;
+  }
+  ++p.paths.by_message;
   if (bytes > kEagerNotifyBytes) {
     SendOp* put_op = core_->acquire_send_op(p.rank);
     const ucp_request_param_t put_param = send_param(put_op);
@@ -259,7 +262,11 @@ void UcxTransport::notify(int peer_rank, uint64_t value) {
   std::unique_lock lock(core_->mutex);
   Peer& p = core_->peer(peer_rank);
   core_->check_peer(p);
-  if (send_by_mailbox(lock, p, nullptr, 0, nullptr, 0, value)) return;
+  if (send_by_mailbox(lock, p, nullptr, 0, nullptr, 0, value)) {
+    ++p.paths.by_memory;
+    return;
+  }
+  ++p.paths.by_message;
   SendOp* op = core_->acquire_send_op(p.rank);
   op->header[0] = value;  // the header must live until UCP completes the send
   const ucp_request_param_t param = send_param(op);
@@ -267,6 +274,12 @@ void UcxTransport::notify(int peer_rank, uint64_t value) {
             ucp_am_send_nbx(p.ep, am_notify, op->header.data(), sizeof(uint64_t), nullptr, 0,
                             &param),
             "notify");
+}
+
+NotificationPaths UcxTransport::notification_paths(int peer_rank) const {
+  check_connected("notification_paths");
+  std::unique_lock lock(core_->mutex);
+  return core_->peer(peer_rank).paths;
 }
 
 void UcxTransport::flush() { flush_within(core_->options.timeout); }

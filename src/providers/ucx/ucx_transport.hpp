@@ -63,8 +63,10 @@ Errc errc_for_peer_status(ucs_status_t status);
 enum AmId : unsigned {
   am_notify = 0x31,        // header: uint64 value; no data
   am_write_notify = 0x32,  // header: uint64 target address, uint64 value; data: the bytes
-  am_mailbox = 0x33,       // header: uint64 sender rank; data: the sender's mailbox key blob
+  am_hello = 0x33,         // connect, first phase. header: uint64 sender rank, uint64 job size;
+                           // data: the sender's mailbox key blob, or nothing
   am_kick = 0x34,          // no header, no data: wakes a receiver asleep on its mailbox
+  am_ready = 0x35,         // connect, second phase. header: uint64 sender rank; no data
 };
 
 // The key blob around a packed rkey (envelope and its validation: ucx_key.hpp).
@@ -121,10 +123,16 @@ struct Peer {
   // need one (their bytes are placed together with the value).
   uint64_t puts_posted = 0;
   uint64_t puts_flushed = 0;
+  // connect()'s two phases (UcxTransport::wire_up): this peer's hello and ready arrived.
+  bool hello_received = false;
+  bool ready_received = false;
+  NotificationPaths paths;  // how our notifications to it travelled
 };
 
-// Shared-memory notification rings (ucx_mailbox.cpp), used where every peer's memory is
-// mapped into this process (ucx:shm): notify() and write_notify() become plain stores.
+// Shared-memory notification rings (ucx_mailbox.cpp), opened under every selector but
+// ucx:tcp and used towards each peer whose mailbox UCX maps into this process (its
+// ucp_rkey_ptr succeeds: a peer on this host, in the same IPC namespace): notify() and
+// write_notify() to it become plain stores. Other peers keep the UCP path.
 //
 // Each rank maps one mailbox region: a sleep flag, then one ring of kSlots slots per
 // sender, then one credit word per receiver. A sender copies the data straight into the
@@ -150,9 +158,11 @@ class Mailbox {
   void open(int my_rank, int ranks);
   bool is_open() const { return base_ != nullptr; }
   const Bytes& key() const { return key_; }
-  // A peer's key arrived. Malformed keys are logged and ignored (that peer keeps using
-  // active messages).
+  // A peer's key arrived (its hello). Malformed keys are logged and ignored, and a key UCX
+  // cannot map here (another host) is dropped: that peer keeps using active messages.
   void attach(int peer, std::span<const std::byte> key);
+  // Whether the peer's ring is mapped here (notifications to it can be stores).
+  bool attached(int peer) const;
   // notify / write_notify through the peer's ring; false: use an active message instead.
   // `target` is where the bytes go in this process's mapping of the peer's memory, and
   // `target_address` the same place in the peer's address space.
@@ -188,7 +198,6 @@ class Mailbox {
   int ranks_ = 0;
   Bytes key_;
   std::vector<PeerBox> peers_;
-  std::vector<std::pair<int, Bytes>> early_keys_;  // keys that came before open()
   bool receiver_asleep_ = false;
 };
 
@@ -205,6 +214,15 @@ class UcxCore : private WaitLoop::Hooks {
   Capabilities caps;
   Options options;
   std::string variant;
+  // The selector lets same-host peers use the mailbox (every one but ucx:tcp, whose suites
+  // test what they name).
+  bool mailbox_wanted = false;
+  // PCOLL_TEST_UCX_UNMAPPED_RANK: this rank and its peers do not map each other's memory,
+  // as if it ran on another host; -1: unset.
+  int unmapped_rank = -1;
+  // Whether memory of `peer` may be used through a local mapping (the test setting aside,
+  // whether ucp_rkey_ptr succeeds decides).
+  bool may_map(int peer) const;
 
   std::mutex mutex;
 
@@ -247,6 +265,12 @@ class UcxCore : private WaitLoop::Hooks {
   // Keeps a timed-out op alive until UCP completes it or the worker is gone.
   void abandon(std::unique_ptr<BlockingOp> op);
 
+  // connect()'s messages (lock held). A hello that comes before our own connect() (a peer
+  // that was faster) is kept until connect() has made the endpoints.
+  void take_hello(int rank, uint64_t job_size, std::span<const std::byte> key);
+  void take_ready(int rank);
+  void take_early_hellos();
+
   Mailbox mailbox{*this};
 
   // --- UCP objects. ~UcxCore closes the endpoints, then destroys the worker and the context
@@ -273,6 +297,12 @@ class UcxCore : private WaitLoop::Hooks {
 
   std::vector<SendOp*> free_send_ops_;
   std::vector<SendOp*> deferred_notifies_;
+  struct EarlyHello {
+    int rank;
+    uint64_t job_size;
+    Bytes key;
+  };
+  std::vector<EarlyHello> early_hellos_;
   std::deque<uint64_t> notifications_;
   DeliveryError delivery_error_;
   std::map<uintptr_t, size_t> local_ranges_;
@@ -339,6 +369,7 @@ class UcxTransport final : public Transport {
   void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
                     size_t dst_offset, size_t bytes, uint64_t value) override;
   void notify(int peer, uint64_t value) override;
+  NotificationPaths notification_paths(int peer) const override;
 
   uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
   uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
@@ -358,6 +389,12 @@ class UcxTransport final : public Transport {
 
  private:
   void flush_within(std::chrono::milliseconds timeout);
+  // connect()'s wire-up of every endpoint (ucx_ep.cpp).
+  void wire_up(std::unique_lock<std::mutex>& lock);
+  // Posts `id` with `header` (and `data`) to every peer but this rank.
+  void send_to_every_peer(std::unique_lock<std::mutex>& lock, AmId id,
+                          std::span<const uint64_t> header, std::span<const std::byte> data,
+                          const char* what);
   std::unique_ptr<LocalRegion> map_memory(void* address, size_t bytes, bool allocate);
   const UcxLocalRegion& local(const LocalRegion& region) const;
   const UcxRemoteRegion& remote(const RemoteRegion& region) const;

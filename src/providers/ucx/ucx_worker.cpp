@@ -1,5 +1,6 @@
 // The UCP worker: creation with wake-up support, its address blob, and the active-message
 // handlers that turn incoming notifications into queued values.
+#include <algorithm>
 #include <cstring>
 
 #include "log.hpp"
@@ -25,23 +26,35 @@ ucs_status_t on_notify(void* arg, const void* header, size_t header_bytes, void*
   return UCS_OK;
 }
 
-// A peer's mailbox key (ucx_mailbox.cpp). Rendezvous is refused: keys are small.
-ucs_status_t on_mailbox(void* arg, const void* header, size_t header_bytes, void* data,
-                        size_t data_bytes, const ucp_am_recv_param_t* param) {
+// connect(), first phase: a peer's hello, with its mailbox key (ucx_mailbox.cpp) if it has
+// one. Rendezvous is refused: keys are small.
+ucs_status_t on_hello(void* arg, const void* header, size_t header_bytes, void* data,
+                      size_t data_bytes, const ucp_am_recv_param_t* param) {
   auto* core = static_cast<UcxCore*>(arg);
-  if (header_bytes != sizeof(uint64_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    log::error("ucx: dropped a malformed mailbox announcement (" + std::to_string(header_bytes) +
+  std::array<uint64_t, 2> fields{};
+  if (header_bytes != sizeof fields || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    log::error("ucx: dropped a malformed connection hello (" + std::to_string(header_bytes) +
                " header bytes)");
     return UCS_OK;
   }
+  std::memcpy(fields.data(), header, sizeof fields);
+  core->take_hello(static_cast<int>(std::min<uint64_t>(fields[0], INT32_MAX)), fields[1],
+                   std::span(static_cast<const std::byte*>(data), data_bytes));
+  return UCS_OK;
+}
+
+// connect(), second phase: the peer has heard from every rank and needs nothing more of us.
+ucs_status_t on_ready(void* arg, const void* header, size_t header_bytes, void*, size_t,
+                      const ucp_am_recv_param_t*) {
+  auto* core = static_cast<UcxCore*>(arg);
   uint64_t rank = 0;
-  std::memcpy(&rank, header, sizeof rank);
-  if (rank >= core->peers.size() && core->my_rank >= 0) {
-    log::error("ucx: dropped a mailbox announcement from rank " + std::to_string(rank) +
-               " of a job of " + std::to_string(core->peers.size()));
+  if (header_bytes != sizeof rank) {
+    log::error("ucx: dropped a malformed connection ready (" + std::to_string(header_bytes) +
+               " header bytes)");
     return UCS_OK;
   }
-  core->mailbox.attach(static_cast<int>(rank), std::span(static_cast<const std::byte*>(data), data_bytes));
+  std::memcpy(&rank, header, sizeof rank);
+  core->take_ready(static_cast<int>(std::min<uint64_t>(rank, INT32_MAX)));
   return UCS_OK;
 }
 
@@ -145,8 +158,9 @@ void UcxCore::create_worker() {
 
   set_handler(worker.get(), am_notify, on_notify, this);
   set_handler(worker.get(), am_write_notify, on_write_notify, this);
-  set_handler(worker.get(), am_mailbox, on_mailbox, this);
+  set_handler(worker.get(), am_hello, on_hello, this);
   set_handler(worker.get(), am_kick, on_kick, this);
+  set_handler(worker.get(), am_ready, on_ready, this);
 }
 
 }  // namespace pcoll::transport::ucx
