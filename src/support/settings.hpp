@@ -157,6 +157,8 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
     {.name = "PCOLL_TEST_IMBALANCE", .kind = Kind::test, .type = Type::text, .fallback = "",
      .doc = "path of imbalance_check (cluster suite)"},
+    {.name = "PCOLL_TEST_CONFORMANCE", .kind = Kind::test, .type = Type::text, .fallback = "",
+     .doc = "path of transport_conformance (cluster suite)"},
 });
 
 namespace detail {

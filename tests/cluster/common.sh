@@ -3,6 +3,7 @@
 #   PCOLL_TEST_COLLECTIVE_CHECK  tests/collective_check
 #   PCOLL_TEST_INFO              tools/pcoll_info
 #   PCOLL_TEST_IMBALANCE         tests/cluster/imbalance_check (netns.sh only)
+#   PCOLL_TEST_CONFORMANCE       tests/transport_conformance (netns.sh only)
 #   PCOLL_TEST_RANK_PROGRAM      tests/bootstrap_rank (allgather of 0 B .. 1 MiB blobs)
 # Exit status 77 tells meson the test was skipped; the reason is printed first.
 

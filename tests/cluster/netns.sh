@@ -5,19 +5,25 @@
 # manual store (PCOLL_RANK/SIZE/ROOT/JOB_KEY):
 #   tcp   collective_check over ofi:tcp
 #   ucx   collective_check over ucx:tcp
+#   hosts plain ucx (UCX picks its transports) with every rank also in a UTS, IPC, mount and
+#         PID namespace of its own (own host name, /dev/shm, System V segments, pids):
+#         hosts that share a kernel but no shared memory. UCX must find no peer's memory
+#         mappable and every notification must take the network, cleanly
+#         (transport_conformance's mailbox-path case checks it by host name), then
+#         collective_check
 #   tbf   imbalance_check over ofi:tcp with rank 3's link capped by tc tbf (both ways):
 #         the run completes, sums are exact, and solo finishes before sync
 # Namespaces (and with them every link) are removed on every exit (trap).
-#   usage: netns.sh all|tcp|ucx|tbf...
+#   usage: netns.sh all|tcp|ucx|hosts|tbf...
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 need_root
 need ip iproute2
 need tc iproute2
-require_programs PCOLL_TEST_COLLECTIVE_CHECK PCOLL_TEST_IMBALANCE
+require_programs PCOLL_TEST_COLLECTIVE_CHECK PCOLL_TEST_IMBALANCE PCOLL_TEST_CONFORMANCE
 parts=("$@")
-[[ ${parts[*]:-all} == all ]] && parts=(tcp ucx tbf)
+[[ ${parts[*]:-all} == all ]] && parts=(tcp ucx hosts tbf)
 
 size=4
 tag=pc$$
@@ -66,6 +72,7 @@ done
 echo "netns: $size namespaces on a private bridge, 10.77.0.1-$size"
 
 job=0
+isolate=0  # 1: each rank in UTS/IPC/mount/PID namespaces of its own as well (part "hosts")
 # run_job LABEL PROVIDER PROGRAM ARGS...: one rank per namespace, manual store at rank 0.
 run_job() {
   local label=$1 provider=$2
@@ -76,7 +83,10 @@ run_job() {
   echo "=== $label: $size ranks, $provider, PCOLL_ROOT=10.77.0.1:$port"
   rank_pids=()
   for ((i = 0; i < size; i++)); do
-    ip netns exec "${namespaces[i]}" env PCOLL_RANK=$i PCOLL_SIZE=$size PCOLL_ROOT=10.77.0.1:$port \
+    local host=()
+    ((isolate)) && host=(unshare --uts --ipc --mount --pid --fork --kill-child --mount-proc
+      sh -c 'hostname "$0" && mount -t tmpfs -o size=256m tmpfs /dev/shm && exec "$@"' "${tag}host$i")
+    ip netns exec "${namespaces[i]}" "${host[@]}" env PCOLL_RANK=$i PCOLL_SIZE=$size PCOLL_ROOT=10.77.0.1:$port \
       PCOLL_JOB_KEY="$key" PCOLL_PROVIDER="$provider" PCOLL_TIMEOUT_MS=20000 \
       FI_TCP_IFACE=pcnet FI_SOCKETS_IFACE=pcnet UCX_NET_DEVICES=pcnet \
       timeout 100 "$@" >"$work/$label.rank$i.log" 2>&1 &
@@ -100,6 +110,14 @@ for part in "${parts[@]}"; do
   case $part in
     tcp) run_job tcp ofi:tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ;;
     ucx) run_job ucx ucx:tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ;;
+    hosts)
+      need unshare util-linux
+      isolate=1
+      run_job hosts-transport ucx "$PCOLL_TEST_CONFORMANCE" -nc \
+        -tc='write_notify*,notification values*,ucx notifications*,fetch_add*'
+      run_job hosts-collective ucx "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES"
+      isolate=0
+      ;;
     tbf)
       # Rank 3's link: 40 Mbit/s out of its namespace and into it (the switch port).
       ip netns exec "${namespaces[3]}" tc qdisc add dev pcnet root tbf rate 40mbit burst 64kb latency 100ms
@@ -108,7 +126,7 @@ for part in "${parts[@]}"; do
       ip netns exec "${namespaces[3]}" tc qdisc del dev pcnet root
       ip netns exec "$switch" tc qdisc del dev port3 root
       ;;
-    *) die "unknown part '$part' (all, tcp, ucx, tbf)" ;;
+    *) die "unknown part '$part' (all, tcp, ucx, hosts, tbf)" ;;
   esac
 done
 echo "netns: all runs passed"

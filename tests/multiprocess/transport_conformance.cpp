@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "bootstrap.hpp"
 #include "error.hpp"
 #include "progress_driver.hpp"
@@ -240,6 +242,54 @@ TEST_CASE("notification values are delivered exactly once and unaltered") {
   barrier();
 }
 
+// UCX (docs/transport.md): under every selector but ucx:tcp, notifications to a peer whose
+// memory UCX maps here (same host, same IPC namespace) are stores into its mailbox, and to
+// any other peer messages. The expectation is computed independently of the provider's
+// decision: host names (emulated hosts have their own, tests/cluster/netns.sh), and
+// PCOLL_TEST_UCX_UNMAPPED_RANK, which makes one rank act as if it were elsewhere.
+TEST_CASE("ucx notifications take the mailbox exactly to the peers whose memory is mapped here") {
+  const std::string selector = tp().capabilities().name;
+  if (selector.rfind("ucx", 0) != 0) return;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const auto hosts = world->boot->allgather(std::as_bytes(std::span(host, std::strlen(host))));
+  int unmapped = -1;
+  if (const auto rank = pcoll::settings::raw("PCOLL_TEST_UCX_UNMAPPED_RANK"))
+    unmapped = static_cast<int>(pcoll::settings::parse_unsigned("PCOLL_TEST_UCX_UNMAPPED_RANK", *rank));
+  auto src = tp().allocate(64);
+  auto dst = tp().allocate(64 * static_cast<size_t>(world->size));
+  const auto remote = exchange(*dst);
+  tp().flush();  // plain writes still in flight would send write_notify the message way
+  barrier();     // every earlier notification is consumed: the rings have room
+
+  // Half below the slot's inline bytes, half above (copied into the mapped region).
+  const size_t per_peer = 16;
+  std::vector<pcoll::transport::NotificationPaths> before;
+  for (int peer = 0; peer < world->size; ++peer) before.push_back(tp().notification_paths(peer));
+  for (size_t i = 0; i < per_peer; ++i)
+    for (int peer = 0; peer < world->size; ++peer) {
+      if (peer == world->rank) continue;
+      if (i % 2 == 0) tp().notify(peer, i);
+      else tp().write_notify(*src, 0, *remote[peer], 64 * static_cast<size_t>(world->rank), i % 4 == 1 ? 8 : 64, i);
+    }
+  tp().flush();
+  size_t received = 0;
+  const size_t expected = per_peer * static_cast<size_t>(world->size - 1);
+  while (received < expected && next_notification(20s)) ++received;
+  CHECK(received == expected);
+  for (int peer = 0; peer < world->size; ++peer) {
+    if (peer == world->rank) continue;
+    const bool mapped = selector != "ucx:tcp" && hosts[peer] == hosts[world->rank] &&
+                        peer != unmapped && world->rank != unmapped;
+    const auto now = tp().notification_paths(peer);
+    CAPTURE(peer);
+    CAPTURE(mapped);
+    CHECK(now.by_memory - before[peer].by_memory == (mapped ? per_peer : 0));
+    CHECK(now.by_message - before[peer].by_message == (mapped ? 0 : per_peer));
+  }
+  barrier();
+}
+
 TEST_CASE("fetch_add under contention gives the exact total") {
   const size_t count = atomics_per_rank();
   auto word = tp().allocate(64);
@@ -439,13 +489,17 @@ TEST_CASE("bad selectors and udp are refused with a message") {
 
 TEST_CASE("an unresponsive target gives Errc::timeout naming the rank") {
   // A second transport per rank whose owner never progresses it (no driver, no polls on
-  // the target side). Only meaningful where the target must progress.
+  // the target side). Only meaningful where the target must progress. The word is memory
+  // the caller registered, not allocate()d: under plain ucx a peer on this host maps
+  // allocate()d memory and its atomics are CPU atomics there, needing nobody's progress.
+  // It outlives the transport, whose last progress may still apply the timed-out atomic.
   if (world->size < 2 || !tp().capabilities().target_progress) return;
+  std::vector<std::byte> word(64);
   pcoll::transport::Options options;
   options.timeout = 300ms;
   auto quiet = pcoll::providers::create(tp().capabilities().name, options);
   connect(*quiet);
-  auto region = quiet->allocate(64);
+  auto region = quiet->register_memory(word);
   const auto keys = world->boot->allgather(region->remote_key());
   if (world->rank == 0) {
     auto target = quiet->import_region(1, keys[1]);
