@@ -1,21 +1,33 @@
-// One-sided data movement: write (ucp_put_nbx), write_notify and notify (active messages;
-// see the design note below), and flush.
+// One-sided data movement: write (ucp_put_nbx), write_notify and notify (mailbox stores or
+// active messages; see the design note below), and flush.
 //
-// Why notifications are active messages: UCP has no put-with-immediate. "put; fence;
-// doorbell" relies on ucp_worker_fence, which is only as strong as each transport's fence
-// (shm puts are CPU copies or cma while the doorbell goes through the shm FIFO; tcp emulates
-// both). Up to kEagerNotifyBytes, one eager active message carries the target address, the
-// value and the bytes: the target's handler copies the bytes into the registered region
-// and queues the value only after that, so a value is never seen before its bytes, and
-// each value is queued exactly once by construction. Larger writes are a ucp_put_nbx
-// followed by a non-blocking endpoint flush whose completion (remote completion of the put)
-// sends the value as an active message: one extra round trip on tcp, free on shm (puts there
-// complete in place), and no rendezvous protocol whose completion depends on the target.
+// Notifications. To a peer whose memory UCX maps here (same host, every selector but
+// ucx:tcp) both go through its mailbox: a copy into its mapped region and a store into its
+// ring (ucx_mailbox.cpp). Otherwise they are active messages, since UCP has no
+// put-with-immediate. Up to kEagerNotifyBytes, one eager active message carries the
+// target address, the value and the bytes: the target's handler copies the bytes into the
+// registered region and queues the value only after that, so a value is never seen before
+// its bytes, and each value is queued exactly once by construction. Larger writes are a
+// ucp_put_nbx and then the value as an active message, with what must come between them
+// decided per transport:
+//   - ucx:tcp, UCP's default (v1) protocols: nothing. tcp gives UCP no RMA lane, so UCP
+//     1.13 runs the put as active-message fragments on the endpoint's active-message lane
+//     ("rma_am(tcp/...)" in its endpoint configuration), each copied into place by the
+//     target's handler as it arrives; the value's message goes out on that same lane
+//     after them. UCT's tcp endpoint keeps one byte stream per connection and a send that
+//     finds its buffer busy waits in the endpoint's pending queue behind the earlier ones
+//     (that queue only holds requests while the buffer is busy), so the target handles
+//     the fragments before the value. No round trip.
+//   - everything else: a non-blocking endpoint flush whose completion (remote completion
+//     of the put) sends the value: one round trip, nearly free on shm (puts there complete
+//     in place). ucp_worker_fence would not do: in UCX 1.13 it calls uct_iface_fence on
+//     each interface, which orders operations within one UCT interface (a CPU fence on
+//     shared memory, a fenced work request on rc), not a put on one lane against a message
+//     on another, nor requests UCP still holds. An active message whose data the target
+//     fetches by rendezvous is correct everywhere but costs the same round trip (the
+//     target asks for the data) and makes the data wait for the target's progress.
 // The target must progress to see notifications, which pcoll's progress engine does anyway.
 // Plain write() stays a true one-sided put (shm: no target involvement).
-// On shared memory both go through the peer's mailbox instead where they can (a copy into
-// its mapped region and a store into its ring: ucx_mailbox.cpp); the paths above remain the
-// fallback.
 //
 // flush() flushes an endpoint only if puts went to it since the last flush that covered them:
 // on tcp a UCT endpoint flush is a request/ack round trip the peer must progress, even when
@@ -213,6 +225,23 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
     return;
   }
   ++p.paths.by_message;
+  if (bytes > kEagerNotifyBytes && core_->put_then_message_ordered) {
+    // tcp: the put's fragments and the value travel in order on one connection (see the
+    // design note above), so the value follows at once. Not counted in puts_posted: the
+    // notification itself shows the bytes landed, and flush() need not ask the peer.
+    SendOp* put_op = core_->acquire_send_op(p.rank);
+    const ucp_request_param_t put_param = send_param(put_op);
+    post_send(lock, p, put_op,
+              ucp_put_nbx(p.ep, source, bytes, d.address() + dst_offset, d.rkey(), &put_param),
+              "write_notify");
+    SendOp* op = core_->acquire_send_op(p.rank);
+    op->header[0] = value;
+    const ucp_request_param_t param = send_param(op);
+    post_send(lock, p, op,
+              ucp_am_send_nbx(p.ep, am_notify, op->header.data(), sizeof(uint64_t), nullptr, 0, &param),
+              "write_notify");
+    return;
+  }
   if (bytes > kEagerNotifyBytes) {
     SendOp* put_op = core_->acquire_send_op(p.rank);
     const ucp_request_param_t put_param = send_param(put_op);

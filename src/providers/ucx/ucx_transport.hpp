@@ -77,7 +77,8 @@ Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t l
 // once (Capabilities::inject_bytes).
 inline constexpr size_t kInjectBytes = 256;
 // write_notify payloads up to this size travel inside one eager active message (copied into
-// SendOp::inline_bytes); larger ones are put + flush + notification (ucx_rma.cpp).
+// SendOp::inline_bytes); larger ones are a put, an endpoint flush where nothing else orders
+// the two, and the notification (ucx_rma.cpp).
 inline constexpr size_t kEagerNotifyBytes = 8192;
 
 class UcxCore;
@@ -217,6 +218,10 @@ class UcxCore : private WaitLoop::Hooks {
   // The selector lets same-host peers use the mailbox (every one but ucx:tcp, whose suites
   // test what they name).
   bool mailbox_wanted = false;
+  // A put followed by an active message to the same peer reaches the target in that order,
+  // so a large write_notify needs no endpoint flush between them (ucx:tcp with UCP's
+  // default protocols; ucx_rma.cpp says why).
+  bool put_then_message_ordered = false;
   // PCOLL_TEST_UCX_UNMAPPED_RANK: this rank and its peers do not map each other's memory,
   // as if it ran on another host; -1: unset.
   int unmapped_rank = -1;

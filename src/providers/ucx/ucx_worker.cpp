@@ -1,5 +1,6 @@
 // The UCP worker: creation with wake-up support, its address blob, and the active-message
-// handlers that turn incoming notifications into queued values.
+// handlers that turn incoming notifications into queued values and take connect()'s hello
+// and ready messages.
 #include <algorithm>
 #include <cstring>
 
