@@ -3,6 +3,7 @@
 //
 // The blob's envelope is ucx_key.cpp's; here UCP packs the rkey that goes inside it.
 #include <cstring>
+#include <typeinfo>
 
 #include "ucx_transport.hpp"
 
@@ -132,18 +133,20 @@ std::unique_ptr<RemoteRegion> UcxTransport::import_region(int peer_rank,
   }
 }
 
+// Both classes are final, so comparing the dynamic type is the whole check: cheaper than
+// dynamic_cast's hierarchy walk, which showed in an 8-byte round trip's profile.
 const UcxLocalRegion& UcxTransport::local(const LocalRegion& region) const {
-  const auto* r = dynamic_cast<const UcxLocalRegion*>(&region);
-  if (!r || r->core() != core_.get())
+  if (typeid(region) != typeid(UcxLocalRegion) ||
+      static_cast<const UcxLocalRegion&>(region).core() != core_.get())
     invalid_argument("ucx: local region was not made by this transport");
-  return *r;
+  return static_cast<const UcxLocalRegion&>(region);
 }
 
 const UcxRemoteRegion& UcxTransport::remote(const RemoteRegion& region) const {
-  const auto* r = dynamic_cast<const UcxRemoteRegion*>(&region);
-  if (!r || r->core() != core_.get())
+  if (typeid(region) != typeid(UcxRemoteRegion) ||
+      static_cast<const UcxRemoteRegion&>(region).core() != core_.get())
     invalid_argument("ucx: remote region was not imported by this transport");
-  return *r;
+  return static_cast<const UcxRemoteRegion&>(region);
 }
 
 }  // namespace pcoll::transport::ucx

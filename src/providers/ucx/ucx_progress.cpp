@@ -15,6 +15,9 @@ namespace pcoll::transport::ucx {
 
 namespace {
 
+// Passes in a row that may find mailbox values and skip ucp_worker_progress: bounds how long
+// a stream of mailbox values defers UCP's own work (flush acknowledgements, messages).
+constexpr unsigned kRingFirstPasses = 8;
 // How long each kind of waiter spins before it sleeps.
 constexpr auto kNotificationSpin = std::chrono::microseconds(50);
 constexpr auto kActivitySpin = std::chrono::microseconds(20);
@@ -69,7 +72,15 @@ bool UcxCore::contains_local_range(uintptr_t address, size_t bytes) const {
 
 unsigned UcxCore::progress_locked() {
   const uint64_t activity_before = activity_seq_;
-  unsigned events = ucp_worker_progress(worker.get()) + static_cast<unsigned>(mailbox.drain());
+  // The rings first: a value that arrived while the caller was away is returned without a
+  // ucp_worker_progress pass (a good part of a poll) in front of it; that pass then runs on
+  // the next call, and at the latest on every kRingFirstPasses-th. Empty rings: the UCP
+  // pass, and the rings once more for what came during it.
+  auto events = static_cast<unsigned>(mailbox.drain());
+  if (events == 0 || ++passes_without_ucp_ >= kRingFirstPasses) {
+    passes_without_ucp_ = 0;
+    events += ucp_worker_progress(worker.get()) + static_cast<unsigned>(mailbox.drain());
+  }
   if (!deferred_notifies_.empty()) {
     send_deferred_notifies();
     ++events;

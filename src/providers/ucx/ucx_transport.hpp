@@ -313,6 +313,7 @@ class UcxCore : private WaitLoop::Hooks {
   std::map<uintptr_t, size_t> local_ranges_;
   mutable std::pair<uintptr_t, size_t> last_range_{0, 0};  // last range a lookup matched
   uint64_t activity_seq_ = 0;  // bumped by progress that handled events, and peer failures
+  unsigned passes_without_ucp_ = 0;  // progress passes served by the mailbox alone (progress_locked)
 };
 
 // Registered memory of this process.
