@@ -40,7 +40,7 @@ struct Capabilities {
 
 // How the notifications this process sent to one peer travelled (Transport::
 // notification_paths): stores into memory mapped from the peer (a shared-memory mailbox)
-// or provider messages. Tests and pcoll_info read it to see which path a peer gets; a
+// or provider messages. Tests read it to see which path a peer gets; a
 // provider with a single path counts nothing.
 struct NotificationPaths {
   uint64_t by_memory = 0;
