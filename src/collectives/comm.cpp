@@ -68,6 +68,9 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   // before its own peers, pinging it meanwhile in vain (its engine is inside the call),
   // give up on it and blame the wrong rank.
   options.timeout = std::max(std::chrono::milliseconds(1), timeout_ / 2);
+  // Every rank takes part whatever its PCOLL_PROVIDER (a collective cannot be skipped by
+  // some): the default provider follows the job's layout.
+  options.layout = transport::gather_layout(rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
   transport_ = make_transport(options);
   provider_ = transport_->capabilities().name;
   codec_ = NoticeCodec(notification_bits(notify_bits, transport_->capabilities()));

@@ -36,6 +36,19 @@ struct Capabilities {
   bool target_progress = false;     // RMA/atomics aimed at this process need it to poll
   bool native_atomic_max = false;   // max is a provider atomic (else compare-swap loop)
   bool wait_object = false;         // wait() sleeps on a provider fd (else spin, then back off)
+  bool partial_connect = false;     // connect() accepts empty addresses (ranks it does not reach)
+};
+
+// Where the job's ranks run, learnt before any transport exists (gather_layout in
+// rendezvous.hpp); the provider registry picks its default from it.
+struct JobLayout {
+  int hosts = 0;             // distinct hosts; 0: not known (every rank is then treated alike)
+  int ranks_on_my_host = 0;  // this rank included
+  std::string host_key;      // this rank's (rendezvous.hpp: host_key)
+  // Two ranks with different host names run on one kernel (containers, network namespaces
+  // given their own host name): libraries that take one kernel for one machine, as UCX does,
+  // would try shared memory between them and fail.
+  bool hosts_share_a_kernel = false;
 };
 
 // Per-transport settings the collectives pass down.
@@ -43,6 +56,7 @@ struct Options {
   // Blocking operations (atomics, flush, connect) give up after this long with
   // Errc::timeout naming the peer.
   std::chrono::milliseconds timeout{30000};
+  JobLayout layout;
 };
 
 // Memory of this process registered with the transport. Persistent: register once, use often.
@@ -73,7 +87,10 @@ class Transport {
   virtual const Capabilities& capabilities() const = 0;
 
   // --- Addressing: address() of every rank is gathered by the bootstrap (rank order) and
-  // handed to connect(), which inserts them all. Rank r is peer r afterwards.
+  // handed to connect(), which inserts them all. Rank r is peer r afterwards. Where a
+  // provider supports it (Capabilities::partial_connect), an empty address marks a rank
+  // this transport does not reach: a routed transport gives each of its transports only the
+  // peers that transport serves. Any operation towards such a rank is Errc::invalid_argument.
   virtual Bytes address() const = 0;
   virtual void connect(int my_rank, std::span<const Bytes> addresses) = 0;
   virtual int rank() const = 0;

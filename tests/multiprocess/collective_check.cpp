@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "collective_rules.hpp"
 #include "pcoll/pcoll.h"
@@ -50,6 +52,13 @@ TEST_CASE("invalid arguments and call order are refused with a message") { colle
 int main(int argc, char** argv) {
   if (pcoll_init(&g_me.comm) != PCOLL_SUCCESS) {
     std::fprintf(stderr, "collective_check: pcoll_init failed: %s\n", pcoll_last_error());
+    return 1;
+  }
+  // A routing or default-provider test says what the communicator must have chosen.
+  if (const char* expected = std::getenv("PCOLL_TEST_EXPECT_PROVIDER");
+      expected != nullptr && std::string(expected) != pcoll_comm_provider(g_me.comm)) {
+    std::fprintf(stderr, "collective_check: provider %s, expected %s (PCOLL_TEST_EXPECT_PROVIDER)\n",
+                 pcoll_comm_provider(g_me.comm), expected);
     return 1;
   }
   if (!collective_rules::open(g_me)) {

@@ -139,6 +139,7 @@ void OfiTransport::fill_capabilities() {
   caps_.notify_bits = static_cast<unsigned>(cq_data_bytes_ * 8);
   caps_.target_progress = info->domain_attr->data_progress == FI_PROGRESS_MANUAL;
   caps_.wait_object = fd_wait_;
+  caps_.partial_connect = true;
 }
 
 void OfiTransport::post_receives() {

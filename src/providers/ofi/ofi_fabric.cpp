@@ -37,8 +37,8 @@ constexpr Variant kVariants[] = {
     {"psm3", "psm3"},
 };
 
-// "" picks real NICs first, then shared memory, then the TCP providers. On several hosts
-// without a NIC, shm cannot reach the other hosts: ask for ofi:tcp explicitly there.
+// "" picks real NICs first, then shared memory, then the TCP providers; shm only when the
+// job runs on one host (create_ofi).
 constexpr const char* kBestOrder[] = {"cxi", "efa", "verbs;ofi_rxm", "psm3",
                                       "shm", "tcp;ofi_rxm", "sockets"};
 
@@ -186,6 +186,11 @@ std::unique_ptr<Transport> create_ofi(const std::string& variant, const Options&
   const auto candidates = candidate_providers(variant);
   std::string reasons;
   for (const auto& prov_name : candidates) {
+    if (variant.empty() && prov_name == "shm" && options.layout.hosts > 1) {
+      reasons += (reasons.empty() ? "" : "; ") + std::string("shm: the job runs on ") +
+                 std::to_string(options.layout.hosts) + " hosts";
+      continue;
+    }
     std::string why_not;
     InfoPtr info = query_provider(prov_name, &why_not);
     if (!info) {

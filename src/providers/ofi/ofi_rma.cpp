@@ -52,6 +52,9 @@ void OfiTransport::check_peer(const char* op, int peer) const {
   if (peer < 0 || peer >= static_cast<int>(peers_.size()))
     invalid_argument(std::string("ofi: ") + op + ": rank " + std::to_string(peer) +
                      " outside a job of " + std::to_string(peers_.size()));
+  if (peers_[static_cast<size_t>(peer)] == FI_ADDR_NOTAVAIL)
+    invalid_argument(std::string("ofi: ") + op + ": rank " + std::to_string(peer) + " is not reached by " +
+                     caps_.name + " (connected without its address)");
 }
 
 void OfiTransport::check_access(const char* op, const OfiLocalRegion* src, size_t src_offset,
