@@ -52,7 +52,7 @@ uint64_t OfiTransport::atomic(const char* op_name, const RemoteRegion& dst_in, s
   words[0] = operand;
   words[1] = compare;
   words[2] = 0;
-  void* context = static_cast<Op*>(&slot);
+  void* context = slot.context();
   const uint64_t address = dst.address(offset);
   const ssize_t rc = post_with_retry(
       [&]() -> ssize_t {

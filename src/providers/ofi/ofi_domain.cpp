@@ -35,7 +35,13 @@ OfiTransport::OfiTransport(ProviderInfo provider, const Options& options)
   log::debug("ofi: opened " + caps_.provider + " on " + caps_.domain);
 }
 
-OfiTransport::~OfiTransport() = default;
+OfiTransport::~OfiTransport() {
+  // The endpoint goes first, before the contexts it may still hold (posted receives, writes
+  // and atomics in flight) are destroyed: a provider that keeps state in them (FI_CONTEXT)
+  // may touch them while it cancels what is outstanding.
+  std::lock_guard lock(mutex_);
+  ep_.reset();
+}
 
 void OfiTransport::open_objects() {
   fi_info* info = provider_.info.get();
