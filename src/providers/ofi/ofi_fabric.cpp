@@ -193,7 +193,7 @@ std::unique_ptr<Transport> create_ofi(const std::string& variant, const Options&
       continue;
     }
     try {
-      return std::make_unique<OfiTransport>(ProviderInfo{std::move(info), selector_for(prov_name)},
+      return std::make_unique<OfiTransport>(ProviderInfo{std::move(info), selector_for(prov_name), ""},
                                             options);
     } catch (const Error& e) {
       // "" tries the next provider; an explicit variant reports why this one failed.

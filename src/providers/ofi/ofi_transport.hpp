@@ -11,7 +11,8 @@
 // calls run under one mutex (the domain is opened FI_THREAD_DOMAIN, which that mutex makes
 // correct). Every operation that produces a completion carries a context of its own that
 // begins with the fi_context2 FI_CONTEXT providers write into, then an Op tag saying what to
-// update (ofi_context.hpp).
+// update (ofi_context.hpp). 64-bit atomics are used where the provider has them and refused
+// with Errc::unsupported where it has not (Capabilities::remote_atomics).
 #pragma once
 
 #include <rdma/fabric.h>
@@ -75,6 +76,8 @@ bool is_peer_loss(ssize_t rc);
 struct ProviderInfo {
   InfoPtr info;            // one fi_info, owned
   std::string selector;    // "ofi:shm", "ofi:tcp", ...
+  // Why info->caps lacks FI_ATOMIC ("" when it has it), for the error the atomics throw.
+  std::string no_atomics;
 };
 
 // Candidate libfabric provider names for a variant ("" = best available, in order).
@@ -216,6 +219,8 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   void check_peer(const char* op, int peer) const;
 
   // ofi_atomic.cpp
+  // Throws Errc::unsupported naming the provider when it has no 64-bit atomics.
+  void require_atomics(const char* op_name) const;
   uint64_t atomic(const char* op_name, const RemoteRegion& dst, size_t offset, enum fi_op op,
                   uint64_t operand, uint64_t compare);
   AtomicSlot& acquire_atomic_slot(const char* op_name, int peer, Clock::time_point deadline);
@@ -254,6 +259,8 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   size_t max_write_bytes_ = 0;
   bool fd_wait_ = false;
   bool native_swap_ = false;
+  // Why there are no remote atomics ("" when there are), for the error the atomics throw.
+  std::string atomics_missing_;
 
   // libfabric objects, declared in the order they must be closed last-to-first.
   FidPtr<fid_fabric> fabric_;
