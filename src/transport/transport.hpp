@@ -86,7 +86,8 @@ class Transport {
   // --- Memory.
   // Provider-allocated, registered, zeroed memory (UCX maps it with UCP_MEM_MAP_ALLOCATE).
   virtual std::unique_ptr<LocalRegion> allocate(size_t bytes) = 0;
-  // Registers memory the caller owns; it must outlive the region.
+  // Registers memory the caller owns; it must outlive the region, and be backed by pages
+  // already (written once): some NICs pin at registration (libfabric's FI_MR_ALLOCATED).
   virtual std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) = 0;
   // Validates the blob (malformed blob -> Errc::protocol) and prepares access to it.
   virtual std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) = 0;

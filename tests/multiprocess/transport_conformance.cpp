@@ -8,7 +8,8 @@
 // checks use CHECK (not REQUIRE) inside collective phases so that a failure on one rank does
 // not leave the others waiting at a barrier. PCOLL_TEST_ATOMICS scales the contention cases.
 // The atomic cases run where capabilities().remote_atomics says there are atomics; where it
-// does not, one case checks that every atomic is refused instead.
+// does not, one case checks that every atomic is refused instead
+// (PCOLL_TEST_OFI_WITHOUT_ATOMICS=1 makes that so on libfabric here).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -452,6 +453,25 @@ TEST_CASE("without remote atomics every atomic is refused, naming the provider")
   }
   CHECK(read_word(*word, 0) == 0);
   barrier();
+}
+
+TEST_CASE("RDMA selectors are accepted, and where their NIC is absent refused with the reason") {
+  // ofi:verbs, ofi:efa, ofi:cxi and ofi:psm3 are known selectors everywhere: on a node
+  // without the NIC they are Errc::unsupported naming the libfabric provider, never an
+  // unknown selector.
+  const pcoll::transport::Options options;
+  for (const char* variant : {"verbs", "efa", "cxi", "psm3"}) {
+    CAPTURE(variant);
+    const std::string selector = std::string("ofi:") + variant;
+    try {
+      auto other = pcoll::providers::create(selector, options);
+      CHECK(other->capabilities().name == selector);
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::unsupported);
+      CHECK(std::string(e.what()).find(variant) != std::string::npos);
+      CHECK(std::string(e.what()).find("no usable libfabric provider") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("bad selectors and udp are refused with a message") {

@@ -6,6 +6,7 @@
 
 #include "log.hpp"
 #include "settings.hpp"
+#include "ofi_requirements.hpp"
 #include "ofi_transport.hpp"
 
 namespace pcoll::transport::ofi {
@@ -32,7 +33,8 @@ OfiTransport::OfiTransport(ProviderInfo provider, const Options& options)
   check_atomics();
   fill_capabilities();
   post_receives();
-  log::debug("ofi: opened " + caps_.provider + " on " + caps_.domain +
+  log::debug("ofi: opened " + caps_.provider + " on " + caps_.domain + ", mode " + mode_names(info->mode) +
+             ", mr_mode " + mr_mode_names(static_cast<unsigned>(info->domain_attr->mr_mode)) +
              (caps_.remote_atomics ? ", 64-bit atomics" : ", no atomics: " + atomics_missing_));
 }
 

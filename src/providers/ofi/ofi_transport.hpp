@@ -76,15 +76,18 @@ bool is_peer_loss(ssize_t rc);
 struct ProviderInfo {
   InfoPtr info;            // one fi_info, owned
   std::string selector;    // "ofi:shm", "ofi:tcp", ...
-  // Why info->caps lacks FI_ATOMIC ("" when it has it), for the error the atomics throw.
+  // Why info->caps lacks FI_ATOMIC ("" when it has it): no entry that offers it also offers
+  // what pcoll needs, or a test asked for none (PCOLL_TEST_OFI_WITHOUT_ATOMICS).
   std::string no_atomics;
 };
 
 // Candidate libfabric provider names for a variant ("" = best available, in order).
 std::vector<std::string> candidate_providers(const std::string& variant);
-// fi_getinfo for one provider name with the capabilities pcoll needs; null when absent.
-InfoPtr query_provider(const std::string& prov_name, std::string* why_not);
-// "shm, tcp;ofi_rxm, sockets" (usable) and providers present without RMA+atomics.
+// fi_getinfo for one provider name: an entry with everything pcoll needs
+// (ofi_requirements.hpp), with FI_ATOMIC where one offers it; nullopt with the reasons in
+// *why_not (one per kind of entry refused) when none does.
+std::optional<ProviderInfo> query_provider(const std::string& prov_name, std::string* why_not);
+// "shm, tcp;ofi_rxm, sockets" (usable) and providers present but unusable for pcoll.
 std::string describe_available_providers();
 
 // --- Memory regions (ofi_mr.cpp) ---------------------------------------------------------
