@@ -148,6 +148,9 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .min = 4, .max = 8,
      .doc = "ofi: carry only this many bytes of remote CQ data (4: as verbs and EFA do), below what "
             "fi_getinfo reports"},
+    {.name = "PCOLL_TEST_OFI_WITHOUT_ATOMICS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
+     .min = 0, .max = 1,
+     .doc = "ofi: 1 opens the provider without FI_ATOMIC, as on a NIC that has none (remote_atomics false)"},
     {.name = "PCOLL_TEST_ATOMICS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "10000",
      .min = 1, .max = 100000000, .doc = "transport_conformance: atomics per rank in the contention cases"},
     {.name = "PCOLL_TEST_ABSENT_RANK", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",

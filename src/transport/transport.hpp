@@ -34,6 +34,10 @@ struct Capabilities {
   size_t max_atomic_count = 0;      // largest element count of one provider atomic
   unsigned notify_bits = 64;        // low bits of a notification value that arrive intact
   bool target_progress = false;     // RMA/atomics aimed at this process need it to poll
+  // 64-bit remote atomics: fetch_add and compare_swap (hence swap and max, emulated where
+  // need be). Without them every atomic throws Errc::unsupported; the engine's solo,
+  // majority and sync handles use none, so they run either way.
+  bool remote_atomics = false;
   bool native_atomic_max = false;   // max is a provider atomic (else compare-swap loop)
   bool wait_object = false;         // wait() sleeps on a provider fd (else spin, then back off)
   bool partial_connect = false;     // connect() accepts empty addresses (ranks it does not reach)
@@ -99,7 +103,8 @@ class Transport {
   // --- Memory.
   // Provider-allocated, registered, zeroed memory (UCX maps it with UCP_MEM_MAP_ALLOCATE).
   virtual std::unique_ptr<LocalRegion> allocate(size_t bytes) = 0;
-  // Registers memory the caller owns; it must outlive the region.
+  // Registers memory the caller owns; it must outlive the region, and be backed by pages
+  // already (written once): some NICs pin at registration (libfabric's FI_MR_ALLOCATED).
   virtual std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) = 0;
   // Validates the blob (malformed blob -> Errc::protocol) and prepares access to it.
   virtual std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) = 0;
@@ -116,6 +121,8 @@ class Transport {
   virtual void notify(int peer, uint64_t value) = 0;
 
   // --- 64-bit remote atomics on an 8-byte-aligned word. Blocking; return the old value.
+  // Where capabilities().remote_atomics is false each throws Errc::unsupported naming the
+  // provider.
   virtual uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) = 0;
   // Stores `desired` if the word equals `expected`; returns the old word either way.
   virtual uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,

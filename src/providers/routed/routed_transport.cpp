@@ -88,6 +88,7 @@ RoutedTransport::RoutedTransport(std::unique_ptr<Transport> local, std::unique_p
     caps_.notify_bits = std::min(l.notify_bits, n.notify_bits);
     caps_.target_progress = l.target_progress || n.target_progress;
     caps_.native_atomic_max = l.native_atomic_max && n.native_atomic_max;
+    caps_.remote_atomics = l.remote_atomics && n.remote_atomics;
   }
 }
 
