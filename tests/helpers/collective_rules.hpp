@@ -24,8 +24,8 @@ struct Rank {
   // Sizes of the long rules: ranks as threads share one process's CPUs, so they run shorter.
   int many_rounds = 10000;
   size_t large_count = (size_t{1} << 20) + 3;
-  // Whether the process's resident memory is this rank's alone (one rank per process).
-  bool check_rss = true;
+  // Whether the process's heap is this rank's alone (one rank per process).
+  bool check_heap = true;
 };
 
 // Creates and destroys the rank's agreement handle (collective). open() returns false with

@@ -41,7 +41,7 @@ void for_every_size(void (*rule)(const collective_rules::Rank&)) {
       me.comm = comm;
       me.many_rounds = kManyRounds;
       me.large_count = kLargeCount;
-      me.check_rss = false;  // the process's memory is every rank's
+      me.check_heap = false;  // the process's memory is every rank's
       REQUIRE_MESSAGE(collective_rules::open(me), pcoll_last_error());
       INFO("rank " << me.rank << " of " << me.size << " (threads)");
       rule(me);
