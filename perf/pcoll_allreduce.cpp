@@ -34,7 +34,9 @@ const char kTool[] = "pcoll_allreduce";
 const char kUsage[] =
     "usage: pcollrun -n N pcoll_allreduce [options]\n"
     "       mpirun.openmpi -np N pcoll_allreduce [--compare-mpi] [options]\n"
-    "  --mode M       sync (default), solo, majority or all\n"
+    "  --mode M       sync (default), solo, majority, quorum or all (the four)\n"
+    "  --quorum K     quorum: ranks that start a round (default floor(P/2)+1)\n"
+    "  --grace-us G   quorum: the first arrival starts the round after G us anyway (default 0: never)\n"
     "  -b MIN         smallest size in bytes, K/M/G suffixes (default 8)\n"
     "  -e MAX         largest size in bytes (default 4M)\n"
     "  -f FACTOR      size multiplier between steps (default 2)\n"
@@ -56,7 +58,9 @@ using pcoll::perf::dtype_name;
 using pcoll::perf::op_name;
 
 struct Options {
-  std::vector<Mode> modes{Mode::sync};
+  std::vector<perf::ModeSpec> modes{{Mode::sync}};
+  uint32_t quorum = 0;
+  uint32_t grace_us = 0;
   uint64_t min_bytes = 8;
   uint64_t max_bytes = uint64_t{4} << 20;
   uint64_t factor = 2;
@@ -83,11 +87,16 @@ Options parse_options(int argc, char** argv) {
       std::exit(0);
     } else if (arg == "--mode") {
       const std::string v = value();
-      if (v == "sync") o.modes = {Mode::sync};
-      else if (v == "solo") o.modes = {Mode::solo};
-      else if (v == "majority") o.modes = {Mode::majority};
-      else if (v == "all") o.modes = {Mode::sync, Mode::solo, Mode::majority};
-      else usage_error("--mode '" + v + "' is not one of sync, solo, majority, all");
+      if (v == "sync") o.modes = {{Mode::sync}};
+      else if (v == "solo") o.modes = {{Mode::solo}};
+      else if (v == "majority") o.modes = {{Mode::majority}};
+      else if (v == "quorum") o.modes = {{Mode::quorum}};
+      else if (v == "all") o.modes = {{Mode::sync}, {Mode::solo}, {Mode::majority}, {Mode::quorum}};
+      else usage_error("--mode '" + v + "' is not one of sync, solo, majority, quorum, all");
+    } else if (arg == "--quorum") {
+      o.quorum = static_cast<uint32_t>(perf::parse_uint(kTool, kUsage, value(), "--quorum", 1, 1u << 20));
+    } else if (arg == "--grace-us") {
+      o.grace_us = static_cast<uint32_t>(perf::parse_uint(kTool, kUsage, value(), "--grace-us", 0, 60000000));
     } else if (arg == "-b") {
       o.min_bytes = perf::parse_bytes(kTool, kUsage, value(), "-b", 1, kMaxBytes);
     } else if (arg == "-e") {
@@ -124,6 +133,11 @@ Options parse_options(int argc, char** argv) {
       usage_error("unknown option '" + arg + "'");
     }
   }
+  const bool quorum = std::find(o.modes.begin(), o.modes.end(), perf::ModeSpec{Mode::quorum}) != o.modes.end();
+  if ((o.quorum != 0 || o.grace_us != 0) && !quorum)
+    usage_error("--quorum and --grace-us are options of --mode quorum (or all)");
+  for (perf::ModeSpec& m : o.modes)
+    if (m.mode == Mode::quorum) m.quorum = o.quorum, m.grace_us = o.grace_us;
   if (o.min_bytes > o.max_bytes)
     usage_error("-b " + std::to_string(o.min_bytes) + " is larger than -e " + std::to_string(o.max_bytes));
   if (o.compare_mpi && (o.dtype == PCOLL_BFLOAT16 || o.dtype == PCOLL_FLOAT16))
@@ -231,7 +245,7 @@ class Bench {
   Bench(const Options& o, perf::Job& job, size_t max_bytes)
       : o_(o), job_(job), send_(max_bytes), recv_(max_bytes) {}
 
-  Stats run(Mode mode, size_t count) {
+  Stats run(const perf::ModeSpec& mode, size_t count) {
     const int ranks = job_.size();
     std::vector<double> times_us(o_.iters);
     uint64_t wrong = 0;
@@ -241,11 +255,11 @@ class Bench {
     if (!o_.check) fill(0, count);
 
     pcoll_allreduce_t* handle = nullptr;
-    if (mode != Mode::mpi) {
-      const pcoll_mode_t pm = mode == Mode::sync ? PCOLL_MODE_SYNC
-                              : mode == Mode::solo ? PCOLL_MODE_SOLO
-                                                   : PCOLL_MODE_MAJORITY;
-      perf::check(pcoll_allreduce_create(job_.comm(), count, o_.dtype, o_.op, pm, nullptr, &handle),
+    if (mode.mode != Mode::mpi) {
+      pcoll_allreduce_opts_t opts;
+      pcoll_allreduce_opts_init(&opts);
+      mode.apply(opts);
+      perf::check(pcoll_allreduce_create(job_.comm(), count, o_.dtype, o_.op, mode.pcoll_mode(), &opts, &handle),
                   "pcoll_allreduce_create");
     }
     job_.barrier();
@@ -346,8 +360,8 @@ int main(int argc, char** argv) {
                      job.launcher().c_str());
       return perf::kUsageExit;
     }
-    std::vector<Mode> modes = options.modes;
-    if (options.compare_mpi) modes.push_back(Mode::mpi);
+    std::vector<perf::ModeSpec> modes = options.modes;
+    if (options.compare_mpi) modes.push_back({Mode::mpi});
     const size_t elem = perf::dtype_bytes(options.dtype);
     Bench bench(options, job, std::max<size_t>(options.max_bytes, elem));
     const bool reporter = job.rank() == 0;
@@ -363,7 +377,7 @@ int main(int argc, char** argv) {
     for (uint64_t size = options.min_bytes; size <= options.max_bytes; size *= options.factor) {
       const size_t count = std::max<size_t>(1, size / elem);
       const size_t bytes = count * elem;
-      for (Mode mode : modes) {
+      for (const perf::ModeSpec& mode : modes) {
         const Stats s = bench.run(mode, count);
         total_wrong += s.wrong;
         if (!reporter) continue;
@@ -374,14 +388,14 @@ int main(int argc, char** argv) {
                       "\"bytes\":%zu,\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"iters\":%llu,\"warmup\":%llu,"
                       "\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
                       "\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,\"wrong\":%s}\n",
-                      mode_name(mode), P, job.provider().c_str(), job.launcher().c_str(), bytes, count,
+                      mode.name().c_str(), P, job.provider().c_str(), job.launcher().c_str(), bytes, count,
                       dtype_name(options.dtype), op_name(options.op), static_cast<unsigned long long>(options.iters),
                       static_cast<unsigned long long>(options.warmup), s.avg_us, s.min_us, s.max_us, s.p50_us,
                       s.p99_us, algbw, busbw,
                       options.check ? std::to_string(s.wrong).c_str() : "null");
         } else {
           std::printf("%12zu %10zu %9s %6s %9s %10.2f %10.2f %10.2f %10.2f %10.2f %12.4f %12.4f %7s\n", bytes, count,
-                      dtype_name(options.dtype), op_name(options.op), mode_name(mode), s.avg_us, s.min_us, s.max_us,
+                      dtype_name(options.dtype), op_name(options.op), mode.name().c_str(), s.avg_us, s.min_us, s.max_us,
                       s.p50_us, s.p99_us, algbw, busbw, options.check ? std::to_string(s.wrong).c_str() : "N/A");
         }
         std::fflush(stdout);

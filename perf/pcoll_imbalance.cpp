@@ -44,7 +44,8 @@ const char kUsage[] =
     "usage: pcollrun -n N pcoll_imbalance [options]\n"
     "       mpirun.openmpi -np N pcoll_imbalance [--modes ...,mpi] [options]\n"
     "  --model M         paper (default), lognormal, slowrank, trace:FILE, none\n"
-    "  --modes LIST      comma-separated from sync,solo,majority,mpi (default sync,solo,majority)\n"
+    "  --modes LIST      comma-separated from sync, solo, majority, quorum[:K[:GRACE_US]], mpi\n"
+    "                    (default sync,solo,majority; e.g. sync,solo,quorum:2,quorum:3:500)\n"
     "  --steps N         training steps per mode (default 100)\n"
     "  --count N         float32 gradient elements (default 262144 = 1 MiB)\n"
     "  --compute-ms C    compute time per step (default 20)\n"
@@ -68,11 +69,10 @@ const char kUsage[] =
 [[noreturn]] void usage_error(const std::string& message) { perf::usage_error(kTool, message, kUsage); }
 
 using perf::Mode;
-using perf::mode_name;
 
 struct Options {
   perf::ImbalanceModel model;
-  std::vector<Mode> modes{Mode::sync, Mode::solo, Mode::majority};
+  std::vector<perf::ModeSpec> modes{{Mode::sync}, {Mode::solo}, {Mode::majority}};
   uint64_t steps = 100;
   uint64_t count = 262144;
   bool spin = false;
@@ -110,17 +110,17 @@ Options parse_options(int argc, char** argv) {
       o.modes.clear();
       std::istringstream list(v);
       for (std::string name; std::getline(list, name, ',');) {
-        Mode m;
-        if (name == "sync") m = Mode::sync;
-        else if (name == "solo") m = Mode::solo;
-        else if (name == "majority") m = Mode::majority;
-        else if (name == "mpi") m = Mode::mpi;
-        else usage_error("--modes: '" + name + "' is not one of sync, solo, majority, mpi");
+        perf::ModeSpec m;
+        try {
+          m = perf::parse_mode_spec(name);
+        } catch (const perf::Error& e) {
+          usage_error(std::string("--modes: ") + e.what());
+        }
         if (std::find(o.modes.begin(), o.modes.end(), m) != o.modes.end())
           usage_error("--modes: '" + name + "' is listed twice");
         o.modes.push_back(m);
       }
-      if (o.modes.empty()) usage_error("--modes needs at least one of sync, solo, majority, mpi");
+      if (o.modes.empty()) usage_error("--modes needs at least one of sync, solo, majority, quorum, mpi");
     } else if (arg == "--steps") {
       o.steps = integer(1, 10000000);
     } else if (arg == "--count") {
@@ -210,23 +210,25 @@ void compute(double ms, bool spin) {
 }
 
 struct ModeResult {
-  Mode mode;
+  perf::ModeSpec mode;
   double wall_s = 0;
   double cpu_s = 0;          // summed over ranks
   double fresh_fraction = 1; // fresh contributions / (steps * P)
   uint64_t max_late_run = 0; // longest streak of consecutive late rounds of one rank
 };
 
-ModeResult run_mode(Mode mode, const Options& o, perf::Job& job, const std::vector<std::vector<double>>& schedule) {
+ModeResult run_mode(const perf::ModeSpec& mode, const Options& o, perf::Job& job,
+                    const std::vector<std::vector<double>>& schedule) {
   const size_t P = static_cast<size_t>(job.size());
   const size_t me = static_cast<size_t>(job.rank());
   std::vector<float> grad(o.count), avg(o.count);
   for (size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>(me + 1) * 1e-3f + static_cast<float>(i % 7);
 
   pcoll_allreduce_t* handle = nullptr;
-  if (mode != Mode::mpi) {
-    const pcoll_mode_t pm = mode == Mode::sync ? PCOLL_MODE_SYNC : mode == Mode::solo ? PCOLL_MODE_SOLO : PCOLL_MODE_MAJORITY;
-    perf::check(pcoll_allreduce_create(job.comm(), o.count, PCOLL_FLOAT32, PCOLL_OP_AVG, pm, &o.handle_opts, &handle),
+  if (mode.mode != Mode::mpi) {
+    pcoll_allreduce_opts_t opts = o.handle_opts;
+    mode.apply(opts);
+    perf::check(pcoll_allreduce_create(job.comm(), o.count, PCOLL_FLOAT32, PCOLL_OP_AVG, mode.pcoll_mode(), &opts, &handle),
                 "pcoll_allreduce_create");
   }
   uint64_t fresh_total = 0;
@@ -282,7 +284,7 @@ int main(int argc, char** argv) {
   try {
     perf::Job job(&argc, &argv);
     const bool reporter = job.rank() == 0;
-    const bool wants_mpi = std::find(options.modes.begin(), options.modes.end(), Mode::mpi) != options.modes.end();
+    const bool wants_mpi = std::find(options.modes.begin(), options.modes.end(), perf::ModeSpec{Mode::mpi}) != options.modes.end();
     if (wants_mpi && !job.has_mpi()) {
       if (reporter)
         std::fprintf(stderr, "pcoll_imbalance: --modes mpi needs an MPI build run under mpirun.openmpi; this job was started by %s\n",
@@ -314,13 +316,13 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(options.count), options.handle_opts.max_lag,
                   options.handle_opts.sync_every, options.handle_opts.late == PCOLL_LATE_CARRY ? "carry" : "drop",
                   lower_bound_s);
-      std::printf("%-9s %9s %9s %9s %14s %11s %8s %9s %9s\n", "mode", "wall(s)", "steps/s", "speedup", "lower_bound(s)",
+      std::printf("%-12s %9s %9s %9s %14s %11s %8s %9s %9s\n", "mode", "wall(s)", "steps/s", "speedup", "lower_bound(s)",
                   "efficiency", "fresh", "max_late", "cpu(s)");
     }
     std::optional<double> sync_wall;
-    for (Mode mode : options.modes) {
+    for (const perf::ModeSpec& mode : options.modes) {
       const ModeResult r = run_mode(mode, options, job, schedule);
-      if (mode == Mode::sync) sync_wall = r.wall_s;
+      if (mode.mode == Mode::sync) sync_wall = r.wall_s;
       if (!reporter) continue;
       const double efficiency = lower_bound_s / r.wall_s;
       char speedup[32] = "-";
@@ -334,13 +336,13 @@ int main(int argc, char** argv) {
                     "\"compute_ms\":%g,\"delay_ms\":%g,\"count\":%llu,\"compute\":\"%s\",\"provider\":\"%s\","
                     "\"wall_s\":%.4f,\"steps_per_s\":%.3f,\"speedup_vs_sync\":%s,\"lower_bound_s\":%.4f,"
                     "\"efficiency\":%.4f,\"fresh_fraction\":%.4f,\"max_late_run\":%llu,\"cpu_s\":%.3f}\n",
-                    mode_name(mode), P, static_cast<unsigned long long>(options.steps), options.model.name().c_str(),
+                    mode.name().c_str(), P, static_cast<unsigned long long>(options.steps), options.model.name().c_str(),
                     options.model.compute_ms, options.model.delay_ms, static_cast<unsigned long long>(options.count),
                     options.spin ? "spin" : "sleep", job.provider().c_str(), r.wall_s,
                     static_cast<double>(options.steps) / r.wall_s, speedup_json, lower_bound_s, efficiency,
                     r.fresh_fraction, static_cast<unsigned long long>(r.max_late_run), r.cpu_s);
       } else {
-        std::printf("%-9s %9.3f %9.2f %9s %14.3f %11.3f %8.3f %9llu %9.3f\n", mode_name(mode), r.wall_s,
+        std::printf("%-12s %9.3f %9.2f %9s %14.3f %11.3f %8.3f %9llu %9.3f\n", mode.name().c_str(), r.wall_s,
                     static_cast<double>(options.steps) / r.wall_s, speedup, lower_bound_s, efficiency,
                     r.fresh_fraction, static_cast<unsigned long long>(r.max_late_run), r.cpu_s);
       }

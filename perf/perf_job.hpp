@@ -14,17 +14,34 @@
 namespace pcoll::perf {
 
 // What a perf tool measures: one of pcoll's modes, or MPI_Allreduce as the anchor.
-enum class Mode { sync, solo, majority, mpi };
+enum class Mode { sync, solo, majority, quorum, mpi };
 
 inline const char* mode_name(Mode m) {
   switch (m) {
     case Mode::sync: return "sync";
     case Mode::solo: return "solo";
     case Mode::majority: return "majority";
+    case Mode::quorum: return "quorum";
     case Mode::mpi: return "mpi";
   }
   return "?";
 }
+
+// A mode with its options, as the tools name it: "sync", "solo", "majority", "mpi",
+// "quorum" (the library's default k), "quorum:K", "quorum:K:GRACE_US".
+struct ModeSpec {
+  Mode mode = Mode::sync;
+  uint32_t quorum = 0;    // quorum: ranks that start a round; 0: the library's default
+  uint32_t grace_us = 0;  // quorum: 0 waits for the quorum
+  bool operator==(const ModeSpec&) const = default;
+
+  std::string name() const;
+  pcoll_mode_t pcoll_mode() const;                // not for mpi
+  void apply(pcoll_allreduce_opts_t& opts) const;  // quorum and grace into handle options
+};
+
+// The spec `text` names; throws perf::Error(PCOLL_ERR_INVALID_ARGUMENT) saying what is wrong.
+ModeSpec parse_mode_spec(const std::string& text);
 
 using Clock = std::chrono::steady_clock;
 constexpr int kUsageExit = 2;

@@ -61,7 +61,10 @@ struct EnumName {
   int value;
 };
 constexpr EnumName kOps[] = {{"sum", PCOLL_OP_SUM}, {"avg", PCOLL_OP_AVG}, {"min", PCOLL_OP_MIN}, {"max", PCOLL_OP_MAX}};
-constexpr EnumName kModes[] = {{"sync", PCOLL_MODE_SYNC}, {"solo", PCOLL_MODE_SOLO}, {"majority", PCOLL_MODE_MAJORITY}};
+constexpr EnumName kModes[] = {{"sync", PCOLL_MODE_SYNC},
+                               {"solo", PCOLL_MODE_SOLO},
+                               {"majority", PCOLL_MODE_MAJORITY},
+                               {"quorum", PCOLL_MODE_QUORUM}};
 constexpr EnumName kLate[] = {{"carry", PCOLL_LATE_CARRY}, {"drop", PCOLL_LATE_DROP}};
 constexpr EnumName kStatuses[] = {
     {"INVALID_ARGUMENT", PCOLL_ERR_INVALID_ARGUMENT}, {"INVALID_STATE", PCOLL_ERR_INVALID_STATE},
@@ -451,7 +454,7 @@ struct HandleCore {
   size_t count = 0;
   const DtypeSpec* dtype = nullptr;
   int op = 0, mode = 0, late = 0;
-  uint32_t max_lag = 1, sync_every = 0;
+  uint32_t max_lag = 1, sync_every = 0, quorum = 0, grace_us = 0;
   bool pending = false;  // a round was started and its result not yet handed out
   bool busy = false;     // a thread is inside a blocking call on this handle
   std::optional<RawInfo> completed;  // seen done by test(), not yet returned by wait()
@@ -846,7 +849,7 @@ class Comm {
 
   // Creation with values already agreed on by every rank (pcoll/__init__.py).
   Allreduce create(uint64_t count, int dtype, int op, int mode, int late, uint32_t max_lag, uint32_t sync_every,
-                   uint64_t seed, uint32_t timeout_ms) {
+                   uint64_t seed, uint32_t timeout_ms, uint32_t quorum, uint32_t grace_us) {
     require_open("allreduce");
     const DtypeSpec* spec = dtype_spec(dtype);
     if (spec == nullptr) invalid_argument("allreduce: dtype " + std::to_string(dtype) + " is not a pcoll dtype");
@@ -858,6 +861,8 @@ class Comm {
     opts.sync_every = sync_every;
     opts.seed = seed;
     opts.timeout_ms = timeout_ms;
+    opts.quorum = quorum;
+    opts.grace_us = grace_us;
     pcoll_op_t c_op;
     pcoll_mode_t c_mode;
     std::memcpy(&c_op, &op, sizeof op);
@@ -883,6 +888,9 @@ class Comm {
     core->late = late;
     core->max_lag = max_lag;
     core->sync_every = sync_every;
+    // The k the library resolved a default 0 to (pcoll.h: floor(P/2) + 1).
+    core->quorum = mode == PCOLL_MODE_QUORUM && quorum == 0 ? static_cast<uint32_t>(state_->size / 2 + 1) : quorum;
+    core->grace_us = grace_us;
     state_->handles.push_back(core);
     return Allreduce(core);
   }
@@ -984,6 +992,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("late", [](const Allreduce& a) { return name_of(kLate, a.core().late); })
       .def_property_readonly("max_lag", [](const Allreduce& a) { return a.core().max_lag; })
       .def_property_readonly("sync_every", [](const Allreduce& a) { return a.core().sync_every; })
+      .def_property_readonly("quorum", [](const Allreduce& a) { return a.core().quorum; })
+      .def_property_readonly("grace_us", [](const Allreduce& a) { return a.core().grace_us; })
       .def_property_readonly("closed", [](const Allreduce& a) { return a.core().handle == nullptr; })
       .def_property_readonly("pending", [](const Allreduce& a) { return a.core().pending; });
 
@@ -995,7 +1005,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("bootstrap", &Comm::bootstrap)
       .def_property_readonly("closed", &Comm::closed)
       .def("_create", &Comm::create, py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("mode"),
-           py::arg("late"), py::arg("max_lag"), py::arg("sync_every"), py::arg("seed"), py::arg("timeout_ms"))
+           py::arg("late"), py::arg("max_lag"), py::arg("sync_every"), py::arg("seed"), py::arg("timeout_ms"),
+           py::arg("quorum") = 0, py::arg("grace_us") = 0)
       .def("barrier", &Comm::barrier)
       .def("close", &Comm::close);
 }

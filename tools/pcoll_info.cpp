@@ -147,8 +147,12 @@ void print_text(const Report& r) {
     std::printf("    nic/domain       %s\n", c.domain.c_str());
     std::printf("    rma              write, write_notify (%u-bit notifications), inject %zu B, max write %zu B\n",
                 c.notify_bits, c.inject_bytes, c.max_write_bytes);
-    std::printf("    atomics          64-bit fetch_add, compare_swap, swap, max (%s), max count %zu\n",
-                c.native_atomic_max ? "native" : "compare-swap loop", c.max_atomic_count);
+    if (c.remote_atomics)
+      std::printf("    atomics          available: 64-bit fetch_add, compare_swap, swap, max (%s), max count %zu\n",
+                  c.native_atomic_max ? "native" : "compare-swap loop", c.max_atomic_count);
+    else
+      std::printf("    atomics          none (no 64-bit fetch_add / compare_swap; solo, majority and sync "
+                  "handles need none)\n");
     std::printf("    progress         %s; idle wait %s\n",
                 c.target_progress ? "target software (RMA/atomics need the target to poll)"
                                   : "one-sided (no target polling for RMA/atomics)",
@@ -286,6 +290,7 @@ void print_json(const Report& r) {
       j.member_raw("max_write_bytes", std::to_string(c.max_write_bytes));
       j.member_raw("max_atomic_count", std::to_string(c.max_atomic_count));
       j.member_raw("notify_bits", std::to_string(c.notify_bits));
+      j.member_bool("remote_atomics", c.remote_atomics);
       j.member_bool("target_progress", c.target_progress);
       j.member_bool("native_atomic_max", c.native_atomic_max);
       j.member_bool("wait_object", c.wait_object);

@@ -1,10 +1,13 @@
 /* pcoll: partial collectives for distributed deep learning.
  *
- * Stable C API (ABI-stable for FFI). Persistent allreduce handles in three modes:
+ * Stable C API (ABI-stable for FFI within a soname: README.md, "ABI"). Persistent allreduce
+ * handles in four modes:
  *   PCOLL_MODE_SYNC      the ordinary allreduce;
  *   PCOLL_MODE_SOLO      the first rank to arrive starts the round, the others' progress
  *                        engines join with whatever they have ready (eager-SGD "solo");
- *   PCOLL_MODE_MAJORITY  one initiator per round, drawn from a shared seed.
+ *   PCOLL_MODE_MAJORITY  one initiator per round, drawn from a shared seed;
+ *   PCOLL_MODE_QUORUM    a round starts once `quorum` ranks have posted it (counted with
+ *                        remote atomics), or after `grace_us` from the first arrival.
  * Late data is carried into the next round the rank joins (PCOLL_LATE_CARRY), never lost.
  * All functions return 0 on success or a PCOLL_ERR_* code; pcoll_last_error() gives the
  * detailed message of the calling thread's last failure. See docs/design.md. */
@@ -26,7 +29,7 @@ extern "C" {
 #endif
 
 #define PCOLL_VERSION_MAJOR 0
-#define PCOLL_VERSION_MINOR 1
+#define PCOLL_VERSION_MINOR 2
 
 /* Status codes. */
 #define PCOLL_SUCCESS 0
@@ -45,7 +48,7 @@ extern "C" {
 typedef struct pcoll_comm pcoll_comm_t;
 typedef struct pcoll_allreduce pcoll_allreduce_t;
 
-typedef enum { PCOLL_MODE_SYNC, PCOLL_MODE_SOLO, PCOLL_MODE_MAJORITY } pcoll_mode_t;
+typedef enum { PCOLL_MODE_SYNC, PCOLL_MODE_SOLO, PCOLL_MODE_MAJORITY, PCOLL_MODE_QUORUM } pcoll_mode_t;
 typedef enum {
   PCOLL_FLOAT32,
   PCOLL_FLOAT64,
@@ -63,6 +66,10 @@ typedef struct {
   uint32_t sync_every; /* default 0: never */
   uint64_t seed;       /* majority initiator seed */
   uint32_t timeout_ms; /* default: PCOLL_TIMEOUT_MS or 30000 */
+  /* PCOLL_MODE_QUORUM only (0 with the other modes): */
+  uint32_t quorum;     /* ranks whose arrival starts a round, 1..P; default 0: floor(P/2) + 1 */
+  uint32_t grace_us;   /* default 0: wait for the quorum; else the first arrival also starts the
+                          round grace_us after it posted, with fewer ranks if need be */
 } pcoll_allreduce_opts_t;
 
 typedef struct {

@@ -31,7 +31,12 @@ inline void check(int status) {
 }
 }  // namespace detail
 
-enum class mode { sync = PCOLL_MODE_SYNC, solo = PCOLL_MODE_SOLO, majority = PCOLL_MODE_MAJORITY };
+enum class mode {
+  sync = PCOLL_MODE_SYNC,
+  solo = PCOLL_MODE_SOLO,
+  majority = PCOLL_MODE_MAJORITY,
+  quorum = PCOLL_MODE_QUORUM
+};
 enum class op { sum = PCOLL_OP_SUM, avg = PCOLL_OP_AVG, min = PCOLL_OP_MIN, max = PCOLL_OP_MAX };
 enum class late { carry = PCOLL_LATE_CARRY, drop = PCOLL_LATE_DROP };
 
@@ -53,6 +58,8 @@ struct options {
   std::uint32_t sync_every = 0;
   std::uint64_t seed = 0x70636f6c6cULL;
   std::uint32_t timeout_ms = 0;  // 0: PCOLL_TIMEOUT_MS or 30000
+  std::uint32_t quorum = 0;      // mode::quorum: ranks that start a round; 0: floor(P/2) + 1
+  std::uint32_t grace_us = 0;    // mode::quorum: 0 waits for the quorum
 
   pcoll_allreduce_opts_t to_c() const {
     pcoll_allreduce_opts_t c;
@@ -62,6 +69,8 @@ struct options {
     c.sync_every = sync_every;
     c.seed = seed;
     c.timeout_ms = timeout_ms;
+    c.quorum = quorum;
+    c.grace_us = grace_us;
     return c;
   }
 };

@@ -35,8 +35,9 @@ LATE = tuple(_core.LATE)
 
 # The creation arguments as compared across ranks: one int64 word each (the seed in two
 # 32-bit halves, so that negating a word never overflows).
-_FIELDS = ("count", "dtype", "op", "mode", "late", "max_lag", "sync_every", "seed", "timeout_ms")
-_WORDS = 10
+_FIELDS = ("count", "dtype", "op", "mode", "late", "max_lag", "sync_every", "seed", "timeout_ms", "quorum",
+           "grace_us")
+_WORDS = 12
 
 
 def init():
@@ -96,7 +97,7 @@ def _enum(name, value, table, numbers_too):
     raise TypeError(f"{name} must be one of {', '.join(table)}, got {value!r}")
 
 
-def _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms):
+def _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, quorum, grace_us):
     """(words, problems): the arguments as int64 words, and (field index, message) per bad one."""
     parsers = (
         lambda: _integer("count", count, 2**62),
@@ -108,6 +109,8 @@ def _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms):
         lambda: _integer("sync_every", sync_every, 2**32),
         lambda: _integer("seed", seed, 2**64),
         lambda: 0 if timeout_ms is None else _integer("timeout_ms", timeout_ms, 2**32),
+        lambda: _integer("quorum", quorum, 2**32),
+        lambda: _integer("grace_us", grace_us, 2**32),
     )
     values, problems = [], []
     for index, parse in enumerate(parsers):
@@ -137,8 +140,11 @@ class Comm(_core.Comm):
         self._agreement = None
 
     def allreduce(self, count, dtype="float32", op="avg", mode="solo", max_lag=1, sync_every=0, seed=0,
-                  late="carry", timeout_ms=None):
+                  late="carry", timeout_ms=None, quorum=0, grace_us=0):
         """Creates a persistent allreduce handle of `count` elements. Collective.
+
+        mode="quorum" starts a round once `quorum` ranks posted it (0: a majority,
+        floor(P/2)+1), or `grace_us` after the first arrival when that is not 0.
 
         Before pcoll_allreduce_create sees them, the arguments are compared across ranks in
         one small sync round (on a handle the communicator keeps for this): a bad argument
@@ -147,7 +153,8 @@ class Comm(_core.Comm):
         The C library then checks the same values on every rank, so it fails everywhere
         or nowhere.
         """
-        words, values, problems = _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms)
+        words, values, problems = _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms,
+                                         quorum, grace_us)
         if self.size > 1:
             self._agree(words, problems)
         elif problems:
@@ -164,7 +171,7 @@ class Comm(_core.Comm):
         vector[2 * _WORDS + self.rank] = sum(1 << index for index, _ in problems)
         if self._agreement is None:
             self._agreement = self._create(len(vector), _core.DTYPES["int64"], _core.OPS["max"],
-                                           _core.MODES["sync"], _core.LATE["carry"], 1, 0, 0, 0)
+                                           _core.MODES["sync"], _core.LATE["carry"], 1, 0, 0, 0, 0, 0)
         self._agreement.run(vector, vector)
         if problems:
             raise InvalidArgument("allreduce: " + "; ".join(message for _, message in problems))
@@ -178,7 +185,7 @@ class Comm(_core.Comm):
         for i in range(_WORDS):
             high, low = vector[i], -vector[_WORDS + i]
             if high != low:
-                field = _FIELDS[i] if i < 7 else "seed" if i < 9 else "timeout_ms"
+                field = _FIELDS[i] if i < 7 else "seed" if i < 9 else _FIELDS[i - 1]
                 if field == "seed":
                     differing.append("seed")
                 else:

@@ -60,7 +60,7 @@ class DistributedOptimizer:
     """
 
     def __init__(self, optimizer, module, comm, mode="solo", max_lag=1, sync_every=0, seed=0, late="carry",
-                 timeout_ms=None):
+                 timeout_ms=None, quorum=0, grace_us=0):
         self.optimizer = optimizer
         self.comm = comm
         params = _unique(p for p in module.parameters() if p.requires_grad)
@@ -93,7 +93,8 @@ class DistributedOptimizer:
         self._element_bytes = self._flat.element_size()
         self._base = self._flat.data_ptr()
         self._allreduce = comm.allreduce(total, dtype=name, op="avg", mode=mode, max_lag=max_lag,
-                                         sync_every=sync_every, seed=seed, late=late, timeout_ms=timeout_ms)
+                                         sync_every=sync_every, seed=seed, late=late, timeout_ms=timeout_ms,
+                                         quorum=quorum, grace_us=grace_us)
         self.last_info = None
         self.steps = 0
         self.fresh_total = 0   # sum of info.fresh over steps
@@ -299,10 +300,11 @@ class PartialAllreduceHook:
     after).
     """
 
-    def __init__(self, comm, mode="solo", max_lag=1, sync_every=0, seed=0, late="carry", timeout_ms=None):
+    def __init__(self, comm, mode="solo", max_lag=1, sync_every=0, seed=0, late="carry", timeout_ms=None,
+                 quorum=0, grace_us=0):
         self.comm = comm
         self._options = dict(mode=mode, max_lag=max_lag, sync_every=sync_every, seed=seed, late=late,
-                             timeout_ms=timeout_ms)
+                             timeout_ms=timeout_ms, quorum=quorum, grace_us=grace_us)
         self._buckets = {}
         self._carried = {}   # id(parameter) -> (parameter, averaged gradient a retired handle carried)
         self.last_info = {}

@@ -108,6 +108,8 @@ void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t* opts) {
   opts->sync_every = 0;
   opts->seed = 0x70636f6c6cULL;
   opts->timeout_ms = 0;  // 0: PCOLL_TIMEOUT_MS or 30000, resolved at creation
+  opts->quorum = 0;      // 0: floor(P/2) + 1, resolved at creation
+  opts->grace_us = 0;
 }
 
 int pcoll_init(pcoll_comm_t** comm) {
@@ -184,8 +186,9 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
     };
     check(handle != nullptr, "handle is NULL");
     const int raw_mode = raw_value(mode);
-    check(raw_mode >= PCOLL_MODE_SYNC && raw_mode <= PCOLL_MODE_MAJORITY,
-          "mode " + std::to_string(raw_mode) + " is not PCOLL_MODE_SYNC, PCOLL_MODE_SOLO or PCOLL_MODE_MAJORITY");
+    check(raw_mode >= PCOLL_MODE_SYNC && raw_mode <= PCOLL_MODE_QUORUM,
+          "mode " + std::to_string(raw_mode) +
+              " is not PCOLL_MODE_SYNC, PCOLL_MODE_SOLO, PCOLL_MODE_MAJORITY or PCOLL_MODE_QUORUM");
     const int raw_dtype = raw_value(dtype);
     check(raw_dtype >= PCOLL_FLOAT32 && raw_dtype <= PCOLL_FLOAT16,
           "dtype " + std::to_string(raw_dtype) + " is not a pcoll_dtype_t (PCOLL_FLOAT32 .. PCOLL_FLOAT16)");
@@ -206,6 +209,19 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
     }
     check(config.opts.max_lag <= 64, "opts.max_lag = " + std::to_string(config.opts.max_lag) +
                                          " is above 64 (each unit of lag buffers one result)");
+    const int ranks = comm->comm->size();
+    if (config.mode == PCOLL_MODE_QUORUM) {
+      if (config.opts.quorum == 0) config.opts.quorum = static_cast<uint32_t>(ranks / 2 + 1);
+      check(config.opts.quorum <= static_cast<uint32_t>(ranks),
+            "opts.quorum = " + std::to_string(config.opts.quorum) + " is more than the job's " + std::to_string(ranks) +
+                " ranks (1.." + std::to_string(ranks) + ", or 0 for a majority)");
+      check(config.opts.grace_us <= 60000000u,
+            "opts.grace_us = " + std::to_string(config.opts.grace_us) + " is above 60 s");
+    } else {
+      check(config.opts.quorum == 0 && config.opts.grace_us == 0,
+            "opts.quorum = " + std::to_string(config.opts.quorum) + " and opts.grace_us = " +
+                std::to_string(config.opts.grace_us) + " are for PCOLL_MODE_QUORUM only; leave them 0");
+    }
     check(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");
     try {
       if (config.opts.timeout_ms == 0)

@@ -137,6 +137,7 @@ enum class RankState { absent, connected, left, lost };
 struct RankSlot {
   RankState state = RankState::absent;
   Connection* conn = nullptr;
+  std::chrono::steady_clock::time_point connected_at{};
   bool arrived = false;  // contributed to the pending collective
   Blob blob;
 };
@@ -174,6 +175,7 @@ class Job {
                               : " already joined and left; a rank cannot join twice")};
     c.rank = static_cast<int>(hello.rank);
     slot.state = RankState::connected;
+    slot.connected_at = std::chrono::steady_clock::now();
     slot.conn = &c;
     log::debug("store: rank " + std::to_string(hello.rank) + " connected from " + c.peer);
     outbox_.send(c, share(wire::encode_empty(MsgType::welcome)));
@@ -308,10 +310,21 @@ class Job {
                               rank_list(waiting) + " waited in bootstrap collective #" + std::to_string(seq_));
       return;
     }
-    // Connected ranks are alive; their application is just not there yet.
-    log::warn("store: bootstrap collective #" + std::to_string(seq_) + " still waits for " +
-              rank_list(slow) + " (connected, not yet called)");
-    collective_deadline_ = now + config_.timeout;
+    // A connected rank is inside pcoll_init (or finalize), which runs its bootstrap
+    // collectives back to back with no application code between them: one that has not
+    // come for the whole timeout while others waited, and has been connected that long, is
+    // stopped or stuck, not slow.
+    auto latest = Clock::time_point::min();
+    for (const int r : slow) latest = std::max(latest, ranks_[static_cast<size_t>(r)].connected_at);
+    if (latest + config_.timeout > now) {
+      collective_deadline_ = latest + config_.timeout;
+      return;
+    }
+    fail(Errc::timeout, rank_list(slow) + " did not take part in bootstrap collective #" + std::to_string(seq_) +
+                            " within " + std::to_string(config_.timeout.count()) +
+                            " ms (PCOLL_TIMEOUT_MS) although connected to the store: pcoll_init runs its "
+                            "collectives back to back, so the process is stopped or stuck; " +
+                            rank_list(waiting) + " waited");
   }
 
   const StoreServerConfig& config_;

@@ -72,7 +72,8 @@ inline void cpu_relax() {
 
 // The configuration every rank must agree on, as compared at creation.
 struct Signature {
-  uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, chunk_bytes, pool_bytes, rd_max_bytes, handle, traced;
+  uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, quorum, grace_us, chunk_bytes, pool_bytes,
+      rd_max_bytes, handle, traced;
   bool operator==(const Signature&) const = default;
 };
 // A rank's handle description at creation: its local outcome (0 or an Errc), the
@@ -89,6 +90,7 @@ std::string describe(const Signature& s) {
          op_name(static_cast<pcoll_op_t>(s.op)) + " mode=" + std::to_string(s.mode) +
          " late=" + std::to_string(s.late) + " max_lag=" + std::to_string(s.max_lag) +
          " sync_every=" + std::to_string(s.sync_every) + " seed=" + std::to_string(s.seed) +
+         " quorum=" + std::to_string(s.quorum) + " grace_us=" + std::to_string(s.grace_us) +
          " chunk_bytes=" + std::to_string(s.chunk_bytes) + " pool_bytes=" + std::to_string(s.pool_bytes) +
          " rd_max_bytes=" + std::to_string(s.rd_max_bytes) + " handle=" + std::to_string(s.handle) +
          " traced=" + std::to_string(s.traced) + " (PCOLL_TRACE)";
@@ -130,7 +132,8 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config, const std::strin
   const Signature mine{config.count, static_cast<uint64_t>(config.dtype),
                        static_cast<uint64_t>(config.op), static_cast<uint64_t>(config.mode),
                        static_cast<uint64_t>(config.opts.late), config.opts.max_lag,
-                       config.opts.sync_every, config.opts.seed, config.chunk_bytes, config.pool_bytes,
+                       config.opts.sync_every, config.opts.seed, config.opts.quorum, config.opts.grace_us,
+                       config.chunk_bytes, config.pool_bytes,
                        config.rd_max_bytes, id_, config.trace_dir.empty() ? 0u : 1u};
   const transport::Bytes key = status == 0 ? region_->remote_key() : transport::Bytes{};
   const std::string_view payload_text = status == 0 ? std::string_view{} : std::string_view{problem};
@@ -252,7 +255,17 @@ void Allreduce::prepare() {
   // late callers' results need no registration and exist only while needed.
   work_bytes_ = (acc_bytes(total_elems_) + 63) / 64 * 64;
   landing_bytes_ = (acc_bytes(plan_.landing_elems()) + 63) / 64 * 64;
-  region_ = transport_.allocate(work_bytes_ + landing_bytes_);
+  if (config.mode == PCOLL_MODE_QUORUM) {
+    if (!transport_.capabilities().remote_atomics)
+      fail(Errc::unsupported, "PCOLL_MODE_QUORUM counts arrivals with 64-bit remote atomics, which provider " +
+                                  transport_.capabilities().name + " does not have; use solo or majority here, "
+                                  "or a provider with atomics (pcoll_info: atomics)");
+    // Round t's counter lives on rank t mod P, in word (t / P) mod W; W rounds of a rank
+    // share nothing while one is still counted ("Quorum" in docs/design.md says why this W).
+    counter_words_ = (static_cast<size_t>(config.opts.max_lag) + 2 + static_cast<size_t>(size_) - 1) /
+                     static_cast<size_t>(size_);
+  }
+  region_ = transport_.allocate(work_bytes_ + landing_bytes_ + counter_words_ * sizeof(uint64_t));
   // Room to hand a result over in place (recvbuf == sendbuf) a piece at a time.
   scratch_.resize(acc_bytes(std::min(config.count, kScratchElems)));
 
@@ -306,7 +319,7 @@ void Allreduce::estimate_clock_offset() {
 
 void Allreduce::write_trace() noexcept {
   try {
-    static constexpr const char* kModes[] = {"sync", "solo", "majority"};
+    static constexpr const char* kModes[] = {"sync", "solo", "majority", "quorum"};
     const RoundTrace::Header header{rank_, size_, id_, kModes[config_.mode], clock_offset_ns_};
     const std::string path = trace_->write(header);
     log::debug("round trace of handle " + std::to_string(id_) + " written to " + path);
@@ -336,12 +349,60 @@ bool Allreduce::can_join(uint64_t round) {
   if (round < activated_) return lag_allows(round);
   if (!posted) return false;
   // The application posted a round nobody has activated yet.
-  if (config_.mode == PCOLL_MODE_SOLO ||
-      majority_initiator(round) == rank_) {
-    initiate(round);
-    return true;
+  bool starts = false;
+  switch (config_.mode) {
+    case PCOLL_MODE_SOLO: starts = true; break;
+    case PCOLL_MODE_MAJORITY: starts = majority_initiator(round) == rank_; break;
+    case PCOLL_MODE_QUORUM:
+      starts = quorum_reached_ == round || (grace_round_ == round && Clock::now() >= grace_deadline_);
+      break;
+    default: break;
   }
-  return false;
+  if (starts) initiate(round);
+  return starts;
+}
+
+// Quorum mode, the application has just posted `round` (lock held; released while the
+// atomic is in flight): one fetch-add on the round's counter tells this rank how many
+// ranks have posted it, itself included. Every rank counts every round, sync and flush
+// rounds too, so that the counter word holds P arrivals per round that used it before.
+void Allreduce::count_arrival(std::unique_lock<std::mutex>& lock, uint64_t round) {
+  const auto ranks = static_cast<uint64_t>(size_);
+  const int host = static_cast<int>(round % ranks);
+  const uint64_t uses = round / ranks;  // rounds hosted by that rank before this one
+  const size_t word = static_cast<size_t>(uses % counter_words_);
+  const uint64_t before = ranks * (uses / counter_words_);  // arrivals of earlier rounds on the word
+  const size_t offset = work_bytes_ + landing_bytes_ + word * sizeof(uint64_t);
+  lock.unlock();
+  uint64_t old = 0;
+  std::optional<Error> failed;
+  try {
+    old = transport_.fetch_add(*peers_[static_cast<size_t>(host)], offset, 1);
+  } catch (const Error& e) {
+    failed = e;
+  }
+  lock.lock();
+  if (failed) comm_.fail_locked(*failed, {}, host);
+  if (old < before || old - before >= ranks)
+    fail(Errc::protocol, "the arrival counter of round " + std::to_string(round) + " of handle " +
+                             std::to_string(id_) + " on rank " + std::to_string(host) + " reads " +
+                             std::to_string(old) + ", outside " + std::to_string(before) + ".." +
+                             std::to_string(before + ranks - 1));
+  const uint64_t arrived = old - before + 1;
+  trace(TraceEvent::arrival, round, static_cast<int32_t>(arrived));
+  if (is_sync_round(round) || (posted_ && posted_->flush)) return;
+  if (arrived == config_.opts.quorum) quorum_reached_ = round;
+  if (arrived == 1 && config_.opts.grace_us > 0 && arrived < config_.opts.quorum) {
+    grace_round_ = round;
+    grace_deadline_ = Clock::now() + std::chrono::microseconds(config_.opts.grace_us);
+  }
+  ++epoch_;
+}
+
+std::optional<std::chrono::steady_clock::time_point> Allreduce::next_deadline_locked() const {
+  // Once the grace has passed, the round starts at the engine's next move (can_join).
+  if (grace_round_ == joined_ && activated_ <= joined_ && Clock::now() < grace_deadline_) return grace_deadline_;
+  return std::nullopt;
 }
 
 void Allreduce::initiate(uint64_t round) {
@@ -805,6 +866,7 @@ void Allreduce::start(const void* sendbuf, void* recvbuf) {
     }
     posted_->delivered = true;
   }
+  if (config_.mode == PCOLL_MODE_QUORUM) count_arrival(lock, round);
   comm_.drive_locked();
 }
 
@@ -929,7 +991,12 @@ void Allreduce::wait_for_round(RoundInfo* info) {
       lock.lock();
     } else {
       driving.set(false);
-      comm_.sleep_locked(lock, std::chrono::milliseconds(std::clamp<int64_t>(timeout_.count() / 8, 1, 100)));
+      auto nap = std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::milliseconds(std::clamp<int64_t>(timeout_.count() / 8, 1, 100)));
+      if (const auto due = next_deadline_locked())  // a grace that ends before
+        nap = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(*due - Clock::now()),
+                         std::chrono::microseconds(0), nap);
+      comm_.sleep_locked(lock, nap);
       idle = kClockEvery - 1;  // look at the clock again after every sleep
     }
   }
@@ -947,7 +1014,7 @@ void Allreduce::flush(void* recvbuf, RoundInfo* info) {
   if (recvbuf == nullptr && config_.count > 0)
     invalid_argument("pcoll_allreduce_flush: recvbuf is NULL but count is " + std::to_string(config_.count));
   {
-    std::lock_guard lock(comm_.engine_mutex());
+    std::unique_lock lock(comm_.engine_mutex());
     comm_.check_failed();
     if (posted_)
       fail(Errc::invalid_state, "pcoll_allreduce_flush: round " + std::to_string(posted_->round) +
@@ -960,6 +1027,7 @@ void Allreduce::flush(void* recvbuf, RoundInfo* info) {
     ++app_next_;
     posted_ = Posted{round, nullptr, recvbuf, false, true, false};
     trace(TraceEvent::post_flush, round);
+    if (config_.mode == PCOLL_MODE_QUORUM) count_arrival(lock, round);
     comm_.drive_locked();
   }
   wait_for_round(info);

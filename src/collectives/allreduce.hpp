@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -98,6 +99,9 @@ class Allreduce {
   uint32_t id() const { return id_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   int majority_initiator(uint64_t round) const;
+  // When the engine must look again although nothing arrives (a quorum round's grace),
+  // engine lock held; nullopt: no such time.
+  std::optional<std::chrono::steady_clock::time_point> next_deadline_locked() const;
 
  private:
   struct Posted {
@@ -128,6 +132,7 @@ class Allreduce {
   bool lag_allows(uint64_t round) const;
   bool can_join(uint64_t round);
   void initiate(uint64_t round);
+  void count_arrival(std::unique_lock<std::mutex>& lock, uint64_t round);
   void join(uint64_t round);
   bool run_steps();       // true when the active round's plan is done
   bool post_sends(const Step& step);  // posts what the window allows; true once all are
@@ -224,6 +229,12 @@ class Allreduce {
   std::vector<uint64_t> credit_;
   std::vector<uint64_t> sent_;
   uint64_t duplicates_ = 0;            // duplicated data notifications ignored
+  // Quorum mode: the round this rank's arrival completed the quorum of, and the round whose
+  // grace this rank runs (it arrived first) with its deadline. UINT64_MAX: none.
+  size_t counter_words_ = 0;
+  uint64_t quorum_reached_ = UINT64_MAX;
+  uint64_t grace_round_ = UINT64_MAX;
+  std::chrono::steady_clock::time_point grace_deadline_{};
   std::vector<Completed> ring_;     // results not yet handed to the application
   std::vector<bool> late_by_round_; // indexed by round % ring size
 

@@ -68,6 +68,9 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   // before its own peers, pinging it meanwhile in vain (its engine is inside the call),
   // give up on it and blame the wrong rank.
   options.timeout = std::max(std::chrono::milliseconds(1), timeout_ / 2);
+  // Every rank takes part whatever its PCOLL_PROVIDER (a collective cannot be skipped by
+  // some): the default provider follows the job's layout.
+  options.layout = transport::gather_layout(rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
   transport_ = make_transport(options);
   provider_ = transport_->capabilities().name;
   codec_ = NoticeCodec(notification_bits(notify_bits, transport_->capabilities()));
@@ -122,7 +125,7 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   knows_of_failure_.assign(static_cast<size_t>(size_), false);
   last_pong_.assign(size_, now);
   agreement_ = std::make_unique<Agreement>(*this);
-  driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { progress_hook(); }, placement.cpu);
+  driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { return progress_hook(); }, placement.cpu);
   // Everyone connected and progressing before the first handle's traffic.
   boot_->barrier();
   log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
@@ -291,23 +294,29 @@ void Comm::fail_locked(const Error& error, std::span<const uint64_t> undelivered
   throw error;
 }
 
-void Comm::progress_hook() {
+std::chrono::microseconds Comm::progress_hook() {
+  auto wait = std::chrono::microseconds::max();
   {
     std::lock_guard lock(engine_mutex_);
-    if (failed()) return;
+    if (failed()) return wait;
     try {
       drive_locked();
       // Whoever waits on a peer asks whether it is alive, even while this rank's
       // application computes or only polls.
       const auto now = Clock::now();
-      for (const HandleSlot& slot : slots_)
-        if (slot.handle != nullptr) slot.handle->probe_locked(now);
+      for (const HandleSlot& slot : slots_) {
+        if (slot.handle == nullptr) continue;
+        slot.handle->probe_locked(now);
+        if (const auto due = slot.handle->next_deadline_locked())
+          wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(*due - now));
+      }
       heartbeat_locked(now);
     } catch (const Error&) {
       // Recorded by mark_failed(); the application sees it at its next call.
     }
   }
   engine_moved_.notify_all();
+  return wait;
 }
 
 // Whoever waits on a peer probes it (Allreduce::probe_locked, the agreement), but a dead

@@ -118,7 +118,9 @@ class Comm {
   bool yield_when_spinning() const { return yield_; }
 
  private:
-  void progress_hook();
+  // The progress thread's work; returns how soon a handle needs the engine again by the
+  // clock alone (a quorum round's grace).
+  std::chrono::microseconds progress_hook();
   void dispatch_locked(uint64_t value);
   void heartbeat_locked(std::chrono::steady_clock::time_point now);
 

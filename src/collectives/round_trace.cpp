@@ -22,6 +22,7 @@ const char* event_name(TraceEvent kind) {
     case TraceEvent::step_end: return "step";
     case TraceEvent::complete: return "complete";
     case TraceEvent::deliver: return "deliver";
+    case TraceEvent::arrival: return "arrival";
   }
   return "?";
 }
@@ -35,6 +36,7 @@ const char* arg_name(TraceEvent kind) {
     case TraceEvent::step_end: return "step";
     case TraceEvent::complete: return "initiator";
     case TraceEvent::deliver: return "caller_late";
+    case TraceEvent::arrival: return "arrived";
     default: return nullptr;
   }
 }

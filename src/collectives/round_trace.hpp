@@ -22,6 +22,7 @@ enum class TraceEvent : uint8_t {
   step_end,             // it ended (arg: step)
   complete,             // the round's result is known (arg: initiator, arg2: fresh ranks)
   deliver,              // the result was handed to the application (arg: 1 if caller late)
+  arrival,              // quorum mode: this rank counted its arrival (arg: ranks arrived, itself included)
 };
 
 class RoundTrace {

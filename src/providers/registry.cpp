@@ -2,6 +2,8 @@
 #include "registry.hpp"
 
 #include <array>
+#include <string>
+#include <vector>
 
 #include "error.hpp"
 #include "fault_provider.hpp"
@@ -9,6 +11,7 @@
 #include "log.hpp"
 #include "ofi_provider.hpp"
 #include "pcoll_config.h"
+#include "routed_provider.hpp"
 #include "settings.hpp"
 #if PCOLL_HAVE_UCX
 #include "ucx_provider.hpp"
@@ -49,12 +52,41 @@ std::string default_selector() { return settings::get_text("PCOLL_PROVIDER").val
 
 namespace {
 
-// A selector without the fault+ prefix: the provider family's own create().
+// The libfabric selectors that name a network: peers on this host are routed through
+// libfabric shm instead (PCOLL_LOCAL_PATH=shm), peers elsewhere through the network.
+bool names_ofi_network(const std::string& variant) {
+  return variant.empty() || variant == "verbs" || variant == "efa" || variant == "cxi" || variant == "psm3";
+}
+
+std::unique_ptr<transport::Transport> create_ofi_network(const std::string& variant,
+                                                         const transport::Options& options) {
+  const transport::ProviderDescriptor& ofi = *find("ofi");
+  const transport::JobLayout& layout = options.layout;
+  const std::string selector = "ofi" + (variant.empty() ? "" : ":" + variant);
+  // Layout unknown (a tool connecting ranks itself), or every peer through the network.
+  if (layout.hosts <= 0 || settings::get_choice("PCOLL_LOCAL_PATH") == "network") return ofi.create(variant, options);
+  if (layout.hosts == 1) {
+    log::info(selector + ": every rank runs on this host: libfabric shm for all (PCOLL_LOCAL_PATH=network "
+                         "takes the network instead)");
+    return ofi.create("shm", options);
+  }
+  // Several hosts: every rank routes (a rank alone on its host too, so that all speak the
+  // same addresses), through shm to the ranks of its host.
+  auto network = ofi.create(variant, options);
+  auto local = layout.ranks_on_my_host > 1 ? ofi.create("shm", options) : nullptr;
+  const std::string network_name = network->capabilities().name;
+  const std::string name = "ofi:shm+" + (network_name.rfind("ofi:", 0) == 0 ? network_name.substr(4) : network_name);
+  return transport::routed::route(std::move(local), std::move(network), layout.host_key, name);
+}
+
+// A selector without the fault+ prefix: the provider family's own create(), the libfabric
+// network selectors routed by where the peers live.
 std::unique_ptr<transport::Transport> create_plain(const std::string& selector,
                                                    const transport::Options& options) {
   const auto colon = selector.find(':');
   const std::string family = selector.substr(0, colon);
   const std::string variant = colon == std::string::npos ? "" : selector.substr(colon + 1);
+  if (family == "ofi" && names_ofi_network(variant)) return create_ofi_network(variant, options);
   if (const auto* provider = find(family)) return provider->create(variant, options);
   if (family == "ucx")
     fail(Errc::unsupported, "PCOLL_PROVIDER='" + selector +
@@ -68,9 +100,44 @@ std::unique_ptr<transport::Transport> create_plain(const std::string& selector,
                    " (or fault+ before any of them to inject PCOLL_FAULT's faults)");
 }
 
-// The default (the settings table's PCOLL_PROVIDER default): it must work wherever
-// libfabric's shm does, so fall back rather than fail.
+// The network providers a job on several hosts tries, best first: UCX where built (it
+// routes peers on one host through its own shared memory), then libfabric's best network
+// provider routed with shm.
+std::vector<std::string> network_candidates(const transport::JobLayout& layout) {
+  std::vector<std::string> candidates;
+#if PCOLL_HAVE_UCX
+  // UCX takes one kernel for one machine: between hosts that share a kernel (containers,
+  // namespaces with their own host names and /dev/shm) it would try shared memory and fail.
+  if (!layout.hosts_share_a_kernel) candidates.emplace_back("ucx");
+#else
+  (void)layout;
+#endif
+  candidates.emplace_back("ofi");
+  return candidates;
+}
+
+// The default. On one host (or where nobody gathered the layout), the settings table's
+// PCOLL_PROVIDER default: it must work wherever libfabric's shm does, so it falls back
+// rather than fails. On several hosts, the first network candidate that opens, each
+// refusal logged.
 std::unique_ptr<transport::Transport> create_default(const transport::Options& options) {
+  if (options.layout.hosts > 1) {
+    std::string reasons;
+    for (const std::string& selector : network_candidates(options.layout)) {
+      try {
+        auto transport = create_plain(selector, options);
+        log::info("default provider: " + transport->capabilities().name + " (" + std::to_string(options.layout.hosts) +
+                  " hosts" + (options.layout.hosts_share_a_kernel ? " sharing one kernel" : "") + ")");
+        return transport;
+      } catch (const Error& e) {
+        reasons += "; " + selector + ": " + e.what();
+        log::info("default provider: skipping " + selector + ": " + e.what());
+      }
+    }
+    fail(Errc::unsupported, "the job runs on " + std::to_string(options.layout.hosts) +
+                                " hosts and no network provider is usable" + reasons +
+                                ". Set PCOLL_PROVIDER to choose.");
+  }
   const std::string selector = default_selector();
   if (selector == "ofi:shm") return create_plain(selector, options);
   try {
@@ -88,6 +155,8 @@ constexpr const char* kFaultPrefix = "fault+";
 
 std::unique_ptr<transport::Transport> create(const std::string& selector_in,
                                              const transport::Options& options) {
+  // A bad value is refused even where this selector would not consult it.
+  (void)settings::get_choice("PCOLL_LOCAL_PATH");
   const bool defaulted = selector_in.empty() && !settings::raw("PCOLL_PROVIDER");
   const std::string selector = selector_in.empty() ? default_selector() : selector_in;
   const bool faulty = selector.rfind(kFaultPrefix, 0) == 0;

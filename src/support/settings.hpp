@@ -55,6 +55,7 @@ inline constexpr std::string_view kYieldChoices[] = {"auto", "always", "never"};
 inline constexpr std::string_view kProgressCpuWords[] = {"auto", "none"};
 inline constexpr std::string_view kLauncherChoices[] = {"manual", "pcollrun"};
 inline constexpr std::string_view kNotifyBitsChoices[] = {"auto", "32", "64"};
+inline constexpr std::string_view kLocalPathChoices[] = {"shm", "network"};
 
 // The one-node default provider: UCX shared memory where UCX is built in. Its puts are
 // copies by the initiator into the peer's mapped segment, so a peer busy reducing does not
@@ -100,6 +101,11 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .min = 8192, .max = uint64_t{1} << 40,
      .doc = "landing pool of a handle per incoming exchange (a peer whose data this rank reduces): "
             "at least two chunks of PCOLL_CHUNK_BYTES; a smaller vector takes only what two rounds need"},
+    {.name = "PCOLL_LOCAL_PATH", .kind = Kind::user, .type = Type::choice, .fallback = "shm",
+     .choices = kLocalPathChoices,
+     .doc = "how a network provider (ofi, ofi:verbs, ..., the default on several hosts) reaches "
+            "ranks on this host: shm (libfabric shm; UCX's own shared memory) or network (through "
+            "the NIC, e.g. to measure it between two processes of one host)"},
     {.name = "PCOLL_NOTIFY_BITS", .kind = Kind::user, .type = Type::choice, .fallback = "auto",
      .choices = kNotifyBitsChoices,
      .doc = "notification width: auto (64 where the provider carries them, else 32), 32 (the layout "
@@ -133,6 +139,11 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .min = 1, .max = uint64_t{1} << 20, .doc = "ranks on this host, for the application (pcoll does not read it)"},
 
     // --- set by the tests (tests/meson.build) for the programs they start ----------------
+    {.name = "PCOLL_TEST_EXPECT_PROVIDER", .kind = Kind::test, .type = Type::text, .fallback = "",
+     .doc = "collective_check: fail unless the communicator's provider (pcoll_comm_provider) is this"},
+    {.name = "PCOLL_TEST_HOST_NAMES", .kind = Kind::test, .type = Type::text, .fallback = "",
+     .doc = "comma-separated host names, rank r taking the r-th: ranks of one machine route their "
+            "peers as if on those hosts"},
     {.name = "PCOLL_TEST_OFI_CQ_DATA_SIZE", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",
      .min = 4, .max = 8,
      .doc = "ofi: carry only this many bytes of remote CQ data (4: as verbs and EFA do), below what "
@@ -141,6 +152,9 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .min = 0, .max = UINT32_MAX,
      .doc = "ucx: this rank and its peers map none of each other's memory (as if it ran on another "
             "host), so notifications between them take the network path instead of the mailbox"},
+    {.name = "PCOLL_TEST_OFI_WITHOUT_ATOMICS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
+     .min = 0, .max = 1,
+     .doc = "ofi: 1 opens the provider without FI_ATOMIC, as on a NIC that has none (remote_atomics false)"},
     {.name = "PCOLL_TEST_ATOMICS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "10000",
      .min = 1, .max = 100000000, .doc = "transport_conformance: atomics per rank in the contention cases"},
     {.name = "PCOLL_TEST_ABSENT_RANK", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",

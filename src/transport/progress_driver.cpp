@@ -2,6 +2,8 @@
 // manual-progress providers) while the application computes.
 #include "progress_driver.hpp"
 
+#include <algorithm>
+
 #include <pthread.h>
 #include <sched.h>
 
@@ -68,6 +70,7 @@ void ProgressDriver::loop(int cpu) {
       log::warn(error_);
     }
   }
+  std::chrono::microseconds slice = kWaitSlice;
   while (running_.load(std::memory_order_acquire)) {
     if (holds_.load(std::memory_order_acquire) > 0) {
       std::unique_lock lock(gate_mutex_);
@@ -77,11 +80,12 @@ void ProgressDriver::loop(int cpu) {
       continue;
     }
     try {
-      transport_.wait(kWaitSlice, Transport::WaitFor::activity);
+      transport_.wait(slice, Transport::WaitFor::activity);
       if (!running_.load(std::memory_order_acquire)) break;
       if (holds_.load(std::memory_order_acquire) > 0) continue;  // the holder drives
       transport_.progress();
-      if (hook_) hook_();
+      slice = kWaitSlice;
+      if (hook_) slice = std::clamp<std::chrono::microseconds>(hook_(), std::chrono::microseconds(0), kWaitSlice);
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(error_mutex_);

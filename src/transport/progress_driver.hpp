@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -17,9 +18,11 @@ namespace pcoll::transport {
 
 class ProgressDriver {
  public:
-  // Called on the driver thread after every wake-up, e.g. to consume notifications. With no
-  // hook the driver only progresses and leaves notifications queued for poll().
-  using Hook = std::function<void()>;
+  // Called on the driver thread after every wake-up, e.g. to consume notifications; returns
+  // how long the driver may then wait for activity before calling it again (at most its
+  // slice of 50 ms), for work due at a time rather than on an event. With no hook the driver
+  // only progresses and leaves notifications queued for poll().
+  using Hook = std::function<std::chrono::microseconds()>;
 
   // cpu >= 0 pins the thread to that logical CPU; -1 leaves it unpinned.
   explicit ProgressDriver(Transport& transport, Hook hook = {}, int cpu = -1);

@@ -31,4 +31,12 @@ struct PeerPlace {
 // malformed record is Errc::protocol naming the rank.
 std::vector<PeerPlace> connect_all(Transport& transport, int rank, const Allgather& allgather);
 
+// Collective, before any transport exists: every rank's host key through `allgather`,
+// summed up as the job's layout. A malformed record is Errc::protocol naming the rank.
+JobLayout gather_layout(int rank, const Allgather& allgather);
+
+// What identifies this rank's host: its host name (PCOLL_TEST_HOST_NAMES's for `rank`
+// in tests), a NUL, and the kernel's boot id. Ranks with equal keys share a host.
+std::string host_key(int rank);
+
 }  // namespace pcoll::transport

@@ -34,8 +34,25 @@ struct Capabilities {
   size_t max_atomic_count = 0;      // largest element count of one provider atomic
   unsigned notify_bits = 64;        // low bits of a notification value that arrive intact
   bool target_progress = false;     // RMA/atomics aimed at this process need it to poll
+  // 64-bit remote atomics: fetch_add and compare_swap (hence swap and max, emulated where
+  // need be). Without them every atomic throws Errc::unsupported; the engine's solo,
+  // majority and sync handles use none, so they run either way.
+  bool remote_atomics = false;
   bool native_atomic_max = false;   // max is a provider atomic (else compare-swap loop)
   bool wait_object = false;         // wait() sleeps on a provider fd (else spin, then back off)
+  bool partial_connect = false;     // connect() accepts empty addresses (ranks it does not reach)
+};
+
+// Where the job's ranks run, learnt before any transport exists (gather_layout in
+// rendezvous.hpp); the provider registry picks its default from it.
+struct JobLayout {
+  int hosts = 0;             // distinct hosts; 0: not known (every rank is then treated alike)
+  int ranks_on_my_host = 0;  // this rank included
+  std::string host_key;      // this rank's (rendezvous.hpp: host_key)
+  // Two ranks with different host names run on one kernel (containers, network namespaces
+  // given their own host name): libraries that take one kernel for one machine, as UCX does,
+  // would try shared memory between them and fail.
+  bool hosts_share_a_kernel = false;
 };
 
 // How the notifications this process sent to one peer travelled (Transport::
@@ -52,6 +69,7 @@ struct Options {
   // Blocking operations (atomics, flush, connect) give up after this long with
   // Errc::timeout naming the peer.
   std::chrono::milliseconds timeout{30000};
+  JobLayout layout;
 };
 
 // Memory of this process registered with the transport. Persistent: register once, use often.
@@ -85,7 +103,10 @@ class Transport {
   // handed to connect(), which inserts them all. Rank r is peer r afterwards. connect() is
   // collective: every rank calls it, and a provider may exchange messages with every peer
   // before returning (at most Options::timeout), so that the first operation finds its
-  // connection made.
+  // connection made. Where a provider supports it (Capabilities::partial_connect), an empty
+  // address marks a rank this transport does not reach: a routed transport gives each of
+  // its transports only the peers that transport serves. Any operation towards such a rank
+  // is Errc::invalid_argument.
   virtual Bytes address() const = 0;
   virtual void connect(int my_rank, std::span<const Bytes> addresses) = 0;
   virtual int rank() const = 0;
@@ -94,7 +115,8 @@ class Transport {
   // --- Memory.
   // Provider-allocated, registered, zeroed memory (UCX maps it with UCP_MEM_MAP_ALLOCATE).
   virtual std::unique_ptr<LocalRegion> allocate(size_t bytes) = 0;
-  // Registers memory the caller owns; it must outlive the region.
+  // Registers memory the caller owns; it must outlive the region, and be backed by pages
+  // already (written once): some NICs pin at registration (libfabric's FI_MR_ALLOCATED).
   virtual std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) = 0;
   // Validates the blob (malformed blob -> Errc::protocol) and prepares access to it.
   virtual std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) = 0;
@@ -114,6 +136,8 @@ class Transport {
   virtual NotificationPaths notification_paths(int /*peer*/) const { return {}; }
 
   // --- 64-bit remote atomics on an 8-byte-aligned word. Blocking; return the old value.
+  // Where capabilities().remote_atomics is false each throws Errc::unsupported naming the
+  // provider.
   virtual uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) = 0;
   // Stores `desired` if the word equals `expected`; returns the old word either way.
   virtual uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,

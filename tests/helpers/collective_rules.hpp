@@ -24,8 +24,8 @@ struct Rank {
   // Sizes of the long rules: ranks as threads share one process's CPUs, so they run shorter.
   int many_rounds = 10000;
   size_t large_count = (size_t{1} << 20) + 3;
-  // Whether the process's resident memory is this rank's alone (one rank per process).
-  bool check_rss = true;
+  // Whether the process's heap is this rank's alone (one rank per process).
+  bool check_heap = true;
 };
 
 // Creates and destroys the rank's agreement handle (collective). open() returns false with
@@ -45,6 +45,9 @@ void max_lag_bounds_how_far_others_run_ahead(const Rank& rank);
 void sync_every_rounds_are_synchronous(const Rank& rank);
 void in_place_rounds_give_the_same_results(const Rank& rank);
 void a_lagging_application_gets_every_result_and_loses_nothing(const Rank& rank);
+void quorum_rounds_start_once_k_ranks_arrived(const Rank& rank);
+void quorum_grace_starts_the_round_without_the_quorum(const Rank& rank);
+void quorum_is_refused_without_remote_atomics(const Rank& rank);
 void mismatched_creation_arguments_fail_everywhere(const Rank& rank);
 void a_bad_argument_on_one_rank_fails_every_rank(const Rank& rank);
 void destroy_with_a_round_outstanding_completes_it(const Rank& rank);

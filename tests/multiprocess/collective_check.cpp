@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "collective_rules.hpp"
 #include "pcoll/pcoll.h"
@@ -41,6 +43,12 @@ TEST_CASE("in-place rounds (sendbuf == recvbuf) give the same results") { collec
 
 TEST_CASE("a lagging application (max_lag 3) gets every result in order and loses nothing") { collective_rules::a_lagging_application_gets_every_result_and_loses_nothing(g_me); }
 
+TEST_CASE("quorum: a round starts once k ranks arrived, for k = 1, 2, P-1, P") { collective_rules::quorum_rounds_start_once_k_ranks_arrived(g_me); }
+
+TEST_CASE("quorum: the grace starts a round without the quorum") { collective_rules::quorum_grace_starts_the_round_without_the_quorum(g_me); }
+
+TEST_CASE("quorum is refused without remote atomics") { collective_rules::quorum_is_refused_without_remote_atomics(g_me); }
+
 TEST_CASE("mismatched creation arguments give an error on every rank") { collective_rules::mismatched_creation_arguments_fail_everywhere(g_me); }
 
 TEST_CASE("a bad argument on one rank gives every rank an error naming that rank") { collective_rules::a_bad_argument_on_one_rank_fails_every_rank(g_me); }
@@ -50,6 +58,13 @@ TEST_CASE("invalid arguments and call order are refused with a message") { colle
 int main(int argc, char** argv) {
   if (pcoll_init(&g_me.comm) != PCOLL_SUCCESS) {
     std::fprintf(stderr, "collective_check: pcoll_init failed: %s\n", pcoll_last_error());
+    return 1;
+  }
+  // A routing or default-provider test says what the communicator must have chosen.
+  if (const char* expected = std::getenv("PCOLL_TEST_EXPECT_PROVIDER");
+      expected != nullptr && std::string(expected) != pcoll_comm_provider(g_me.comm)) {
+    std::fprintf(stderr, "collective_check: provider %s, expected %s (PCOLL_TEST_EXPECT_PROVIDER)\n",
+                 pcoll_comm_provider(g_me.comm), expected);
     return 1;
   }
   if (!collective_rules::open(g_me)) {

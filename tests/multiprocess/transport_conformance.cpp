@@ -7,6 +7,9 @@
 // ProgressDriver runs on every rank for the whole suite, as it does under the collectives;
 // checks use CHECK (not REQUIRE) inside collective phases so that a failure on one rank does
 // not leave the others waiting at a barrier. PCOLL_TEST_ATOMICS scales the contention cases.
+// The atomic cases run where capabilities().remote_atomics says there are atomics; where it
+// does not, one case checks that every atomic is refused instead
+// (PCOLL_TEST_OFI_WITHOUT_ATOMICS=1 makes that so on libfabric here).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -136,6 +139,9 @@ uint64_t notify_mask() {
   const unsigned bits = tp().capabilities().notify_bits;
   return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
 }
+
+// Whether this provider has 64-bit remote atomics; the atomic cases run only where it has.
+bool has_atomics() { return tp().capabilities().remote_atomics; }
 
 size_t atomics_per_rank() {
   return pcoll::settings::get_unsigned("PCOLL_TEST_ATOMICS");
@@ -291,6 +297,7 @@ TEST_CASE("ucx notifications take the mailbox exactly to the peers whose memory 
 }
 
 TEST_CASE("fetch_add under contention gives the exact total") {
+  if (!has_atomics()) return;
   const size_t count = atomics_per_rank();
   auto word = tp().allocate(64);
   const auto remote = exchange(*word);
@@ -309,6 +316,7 @@ TEST_CASE("fetch_add under contention gives the exact total") {
 }
 
 TEST_CASE("compare_swap lock protects a plain counter") {
+  if (!has_atomics()) return;
   // A spin lock taken with compare_swap(0 -> rank+1) guards a counter read with an atomic
   // read and written back with a plain RMA write + flush; lost updates mean a broken lock
   // or a write that became visible after the release.
@@ -340,6 +348,7 @@ TEST_CASE("compare_swap lock protects a plain counter") {
 }
 
 TEST_CASE("swap returns each previous value exactly once") {
+  if (!has_atomics()) return;
   const size_t count = std::max<size_t>(1, atomics_per_rank() / 10);
   auto word = tp().allocate(64);
   const auto remote = exchange(*word);
@@ -367,6 +376,7 @@ TEST_CASE("swap returns each previous value exactly once") {
 }
 
 TEST_CASE("atomic_max keeps the largest value and returns non-decreasing old values") {
+  if (!has_atomics()) return;
   const size_t count = std::max<size_t>(1, atomics_per_rank() / 10);
   auto word = tp().allocate(64);
   const auto remote = exchange(*word);
@@ -407,8 +417,10 @@ TEST_CASE("a sleeping target completes writes and atomics through its progress d
     const auto start = Clock::now();
     tp().write(*src, 0, *remote[0], bytes * static_cast<size_t>(world->rank), bytes);
     tp().flush();
-    tp().fetch_add(*remote[0], words_at, 1);
-    tp().compare_swap(*remote[0], words_at + 8, 0, 1);
+    if (has_atomics()) {
+      tp().fetch_add(*remote[0], words_at, 1);
+      tp().compare_swap(*remote[0], words_at + 8, 0, 1);
+    }
     const auto elapsed_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
     CAPTURE(elapsed_ms);
@@ -416,7 +428,7 @@ TEST_CASE("a sleeping target completes writes and atomics through its progress d
   }
   barrier();
   if (world->rank == 0) {
-    CHECK(read_word(*dst, words_at) == static_cast<uint64_t>(world->size - 1));
+    if (has_atomics()) CHECK(read_word(*dst, words_at) == static_cast<uint64_t>(world->size - 1));
     for (int r = 1; r < world->size; ++r)
       CHECK(first_mismatch(dst->bytes().subspan(bytes * static_cast<size_t>(r), bytes), r, 777) ==
             SIZE_MAX);
@@ -446,13 +458,15 @@ TEST_CASE("out-of-bounds and misaligned accesses are refused on the initiator") 
   CHECK(code_of([&] { tp().write(*local, 250, target, 0, 7); }).first == Errc::invalid_argument);
   CHECK(code_of([&] { tp().write_notify(*local, 0, target, 129, 0, 1); }).first ==
         Errc::invalid_argument);
-  CHECK(code_of([&] { tp().fetch_add(target, 124, 1); }).first == Errc::invalid_argument);
-  CHECK(code_of([&] { tp().fetch_add(target, 128, 1); }).first == Errc::invalid_argument);
-  CHECK(code_of([&] { tp().compare_swap(target, 4, 0, 1); }).first == Errc::invalid_argument);
+  if (has_atomics()) {
+    CHECK(code_of([&] { tp().fetch_add(target, 124, 1); }).first == Errc::invalid_argument);
+    CHECK(code_of([&] { tp().fetch_add(target, 128, 1); }).first == Errc::invalid_argument);
+    CHECK(code_of([&] { tp().compare_swap(target, 4, 0, 1); }).first == Errc::invalid_argument);
+  }
   CHECK(code_of([&] { tp().notify(world->size, 1); }).first == Errc::invalid_argument);
   // In bounds, right at the end: allowed.
   CHECK(code_of([&] { tp().write(*local, 0, target, 100, 28); }).first == Errc::ok);
-  CHECK(code_of([&] { tp().fetch_add(target, 120, 0); }).first == Errc::ok);
+  if (has_atomics()) CHECK(code_of([&] { tp().fetch_add(target, 120, 0); }).first == Errc::ok);
   // Malformed and foreign keys.
   std::vector<std::byte> junk(12, std::byte{0x42});
   CHECK(code_of([&] { tp().import_region(right(), junk); }).first == Errc::protocol);
@@ -462,6 +476,52 @@ TEST_CASE("out-of-bounds and misaligned accesses are refused on the initiator") 
   }
   tp().flush();
   barrier();
+}
+
+TEST_CASE("without remote atomics every atomic is refused, naming the provider") {
+  if (has_atomics()) return;
+  auto word = tp().allocate(64);
+  const auto remote = exchange(*word);
+  const RemoteRegion& target = *remote[right()];
+  auto refusal = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::unsupported);
+      return std::string(e.what());
+    }
+    FAIL("an atomic ran on a provider without remote atomics");
+    return std::string();
+  };
+  const std::string provider = tp().capabilities().provider;
+  for (const std::string& message :
+       {refusal([&] { tp().fetch_add(target, 0, 1); }), refusal([&] { tp().compare_swap(target, 0, 0, 1); }),
+        refusal([&] { tp().swap(target, 0, 1); }), refusal([&] { tp().atomic_max(target, 0, 1); })}) {
+    CAPTURE(message);
+    CHECK(message.find(provider) != std::string::npos);
+    CHECK(message.find("quorum") != std::string::npos);  // which handles need atomics
+  }
+  CHECK(read_word(*word, 0) == 0);
+  barrier();
+}
+
+TEST_CASE("RDMA selectors are accepted, and where their NIC is absent refused with the reason") {
+  // ofi:verbs, ofi:efa, ofi:cxi and ofi:psm3 are known selectors everywhere: on a node
+  // without the NIC they are Errc::unsupported naming the libfabric provider, never an
+  // unknown selector.
+  const pcoll::transport::Options options;
+  for (const char* variant : {"verbs", "efa", "cxi", "psm3"}) {
+    CAPTURE(variant);
+    const std::string selector = std::string("ofi:") + variant;
+    try {
+      auto other = pcoll::providers::create(selector, options);
+      CHECK(other->capabilities().name == selector);
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::unsupported);
+      CHECK(std::string(e.what()).find(variant) != std::string::npos);
+      CHECK(std::string(e.what()).find("no usable libfabric provider") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("bad selectors and udp are refused with a message") {
@@ -493,7 +553,7 @@ TEST_CASE("an unresponsive target gives Errc::timeout naming the rank") {
   // the caller registered, not allocate()d: under plain ucx a peer on this host maps
   // allocate()d memory and its atomics are CPU atomics there, needing nobody's progress.
   // It outlives the transport, whose last progress may still apply the timed-out atomic.
-  if (world->size < 2 || !tp().capabilities().target_progress) return;
+  if (world->size < 2 || !tp().capabilities().target_progress || !has_atomics()) return;
   std::vector<std::byte> word(64);
   pcoll::transport::Options options;
   options.timeout = 300ms;
@@ -584,10 +644,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (w.rank == 0)
-    std::printf("transport_conformance: %s (%s, domain %s), %d ranks\n",
+    std::printf("transport_conformance: %s (%s, domain %s), %d ranks, %s\n",
                 w.transport->capabilities().name.c_str(),
                 w.transport->capabilities().provider.c_str(),
-                w.transport->capabilities().domain.c_str(), w.size);
+                w.transport->capabilities().domain.c_str(), w.size,
+                w.transport->capabilities().remote_atomics ? "64-bit atomics" : "no atomics");
   doctest::Context context(argc, argv);
   const int rc = context.run();
   try {

@@ -41,7 +41,7 @@ if [[ $what == cmake || $what == all ]]; then
   cat > "$work/cmake_app/CMakeLists.txt" <<'CMAKE'
 cmake_minimum_required(VERSION 3.16)
 project(hello_pcoll C)
-find_package(pcoll 0.1 REQUIRED)
+find_package(pcoll 0.2 REQUIRED)
 add_executable(hello_pcoll hello_pcoll.c)
 target_link_libraries(hello_pcoll pcoll::pcoll)
 CMAKE

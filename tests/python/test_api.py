@@ -26,7 +26,7 @@ def test_comm_describes_the_job(comm):
 
 
 def test_names_are_those_of_the_c_api():
-    assert pcoll.MODES == ("sync", "solo", "majority")
+    assert pcoll.MODES == ("sync", "solo", "majority", "quorum")
     assert pcoll.OPS == ("sum", "avg", "min", "max")
     assert set(pcoll.DTYPES) == {"float32", "float64", "int32", "int64", "bfloat16", "float16"}
     assert pcoll.LATE == ("carry", "drop")
@@ -295,6 +295,34 @@ def test_bad_creation_argument_on_every_rank(comm):
         args = {"count": 8, **kwargs}
         with pytest.raises(pcoll.InvalidArgument, match=words.replace("(", r"\(")):
             comm.allreduce(**args)
+
+
+def test_quorum_mode_runs_with_its_k_and_grace(comm):
+    P = comm.size
+    for quorum, grace in ((0, 0), (1, 0), (P, 0), (P, 2000)):
+        with comm.allreduce(4, dtype="int64", op="sum", mode="quorum", quorum=quorum, grace_us=grace) as ar:
+            assert ar.mode == "quorum"
+            assert ar.quorum == (quorum or P // 2 + 1)
+            assert ar.grace_us == grace
+            buf = np.ones(4, np.int64)
+            total = np.zeros(4, np.int64)
+            for _ in range(3):
+                buf[:] = 1
+                info = ar.run(buf, buf)
+                assert info.fresh >= min(ar.quorum, P) or grace > 0
+                total += buf
+            ar.flush(buf)
+            total += buf
+            assert (total == 3 * P).all()  # carry + flush lose nothing
+
+
+def test_quorum_arguments_are_checked(comm):
+    with pytest.raises(pcoll.InvalidArgument, match="opts.quorum"):
+        comm.allreduce(8, mode="quorum", quorum=comm.size + 1)
+    with pytest.raises(pcoll.InvalidArgument, match="PCOLL_MODE_QUORUM only"):
+        comm.allreduce(8, mode="solo", quorum=1)
+    with pytest.raises(pcoll.InvalidArgument, match="grace_us"):
+        comm.allreduce(8, mode="quorum", grace_us=-1)
 
 
 def test_the_c_library_checks_the_agreed_values(comm):

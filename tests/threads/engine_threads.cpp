@@ -41,7 +41,7 @@ void for_every_size(void (*rule)(const collective_rules::Rank&)) {
       me.comm = comm;
       me.many_rounds = kManyRounds;
       me.large_count = kLargeCount;
-      me.check_rss = false;  // the process's memory is every rank's
+      me.check_heap = false;  // the process's memory is every rank's
       REQUIRE_MESSAGE(collective_rules::open(me), pcoll_last_error());
       INFO("rank " << me.rank << " of " << me.size << " (threads)");
       rule(me);
@@ -86,6 +86,8 @@ TEST_CASE("sync_every rounds are synchronous: every rank fresh, nobody initiates
 
 TEST_CASE("in-place rounds (sendbuf == recvbuf) give the same results") { for_every_size(collective_rules::in_place_rounds_give_the_same_results); }
 TEST_CASE("a lagging application (max_lag 3) gets every result in order and loses nothing") { for_every_size(collective_rules::a_lagging_application_gets_every_result_and_loses_nothing); }
+TEST_CASE("quorum: a round starts once k ranks arrived, for k = 1, 2, P-1, P") { for_every_size(collective_rules::quorum_rounds_start_once_k_ranks_arrived); }
+TEST_CASE("quorum: the grace starts a round without the quorum") { for_every_size(collective_rules::quorum_grace_starts_the_round_without_the_quorum); }
 
 TEST_CASE("mismatched creation arguments give an error on every rank") { for_every_size(collective_rules::mismatched_creation_arguments_fail_everywhere); }
 

@@ -22,14 +22,15 @@ ALLOWED = {
     "src/providers/ucx": {"src/providers/ucx", "src/transport", "src/support"},
     "src/providers/inproc": {"src/providers/inproc", "src/transport", "src/support"},
     "src/providers/fault": {"src/providers/fault", "src/transport", "src/support"},
+    "src/providers/routed": {"src/providers/routed", "src/transport", "src/support"},
     "src/providers": {"src/providers", "src/providers/ofi", "src/providers/ucx", "src/providers/inproc",
-                      "src/providers/fault",
+                      "src/providers/fault", "src/providers/routed",
                       "src/transport", "src/support"},
     "src/bootstrap": {"src/bootstrap", "src/support"},
     "src/collectives": {"src/collectives", "src/transport", "src/bootstrap", "src/support", "include"},
     "src/api": {"src/api", "src/collectives", "src/providers", "src/providers/ofi", "src/providers/ucx",
-                "src/providers/inproc", "src/providers/fault", "src/transport", "src/bootstrap", "src/support",
-                "include"},
+                "src/providers/inproc", "src/providers/fault", "src/providers/routed", "src/transport",
+                "src/bootstrap", "src/support", "include"},
     "src/bootstrap/mpi": {"src/bootstrap/mpi", "include"},
     # The perf tools that measure what users get use the public API only, as an
     # application would (pcoll_pingpong measures the transport below it and is not listed).

@@ -58,6 +58,18 @@ TEST_CASE("an FI_MR_RAW key gives its raw bytes and the base address fi_mr_map_r
   CHECK(e.raw_key[23] == std::byte(0xA0 + 23));
 }
 
+TEST_CASE("under FI_MR_RAW with FI_MR_VIRT_ADDR the RMA base and the raw key's base travel apart") {
+  // Virtual addressing: RMA addresses start at the registration's virtual address, while
+  // fi_mr_map_raw gets the base address FI_GET_RAW_MR reported, which need not be the same.
+  const KeyHeader h{kKeyMagic, 0, kFlagVirtAddr, 16, 0x7f0000200000, 8192, 0x1000};
+  const auto key = blob(h, 16);
+  const auto e = parse_key(key, 0, {.virt_addr = true, .raw = true});
+  CHECK(e.base == 0x7f0000200000);
+  CHECK(e.raw_base() == 0x1000);
+  CHECK(e.bytes == 8192);
+  CHECK(e.raw_key.size() == 16);
+}
+
 TEST_CASE("malformed keys are refused naming the peer and the fault") {
   const KeyHeader h{kKeyMagic, 3, 0, 0, 0, 64, 7};
   auto key = blob(h);

@@ -60,6 +60,7 @@ InprocTransport::InprocTransport(const std::string& variant, const Options& opti
   caps_.max_atomic_count = 1;
   caps_.notify_bits = 64;
   caps_.target_progress = false;   // the initiator copies; the target never has to poll
+  caps_.remote_atomics = true;     // std::atomic_ref on the target's word
   caps_.native_atomic_max = true;  // one atomic operation on the target's word
   caps_.wait_object = true;        // a condition variable
 }

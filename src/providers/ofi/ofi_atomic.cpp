@@ -3,13 +3,22 @@
 // Each call takes an AtomicSlot whose words live in the registered scratch region, posts one
 // fetching atomic and waits (progressing) for its completion. Swap uses FI_ATOMIC_WRITE's
 // fetched old value; max uses FI_MAX where fi_fetch_atomicvalid allows it. Where either is
-// missing, compare-swap loops stand in (transport/atomic_emulation.hpp).
+// missing, compare-swap loops stand in (transport/atomic_emulation.hpp). A provider without
+// 64-bit fetch-add and compare-swap (Capabilities::remote_atomics false) refuses them all.
 #include <string>
 
 #include "atomic_emulation.hpp"
 #include "ofi_transport.hpp"
 
 namespace pcoll::transport::ofi {
+
+void OfiTransport::require_atomics(const char* op_name) const {
+  if (caps_.remote_atomics) return;
+  fail(Errc::unsupported,
+       std::string("ofi: ") + op_name + " needs 64-bit remote atomics, and " + atomics_missing_ +
+           ". Only handles that count arrivals with fetch_add (quorum mode) need them; solo, majority "
+           "and sync handles run without. Pick a provider whose pcoll_info line 'atomics' says available.");
+}
 
 AtomicSlot& OfiTransport::acquire_atomic_slot(const char* op_name, int peer,
                                               Clock::time_point deadline) {
@@ -34,6 +43,7 @@ AtomicSlot& OfiTransport::acquire_atomic_slot(const char* op_name, int peer,
 
 uint64_t OfiTransport::atomic(const char* op_name, const RemoteRegion& dst_in, size_t offset,
                               enum fi_op op, uint64_t operand, uint64_t compare) {
+  require_atomics(op_name);
   const OfiRemoteRegion& dst = remote(dst_in);
   check_access(op_name, nullptr, 0, dst, offset, sizeof(uint64_t));
   if (offset % sizeof(uint64_t) != 0)
@@ -52,7 +62,7 @@ uint64_t OfiTransport::atomic(const char* op_name, const RemoteRegion& dst_in, s
   words[0] = operand;
   words[1] = compare;
   words[2] = 0;
-  void* context = static_cast<Op*>(&slot);
+  void* context = slot.context();
   const uint64_t address = dst.address(offset);
   const ssize_t rc = post_with_retry(
       [&]() -> ssize_t {
@@ -98,11 +108,13 @@ uint64_t OfiTransport::compare_swap(const RemoteRegion& dst, size_t offset, uint
 }
 
 uint64_t OfiTransport::swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
+  require_atomics("swap");
   if (native_swap_) return atomic("swap", dst, offset, FI_ATOMIC_WRITE, value, 0);
   return swap_by_compare_swap(*this, dst, offset, value);
 }
 
 uint64_t OfiTransport::atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
+  require_atomics("atomic_max");
   if (caps_.native_atomic_max) return atomic("atomic_max", dst, offset, FI_MAX, value, 0);
   return max_by_compare_swap(*this, dst, offset, value);
 }

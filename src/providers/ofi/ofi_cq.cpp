@@ -47,7 +47,7 @@ bool OfiTransport::arm() {
 
 void OfiTransport::repost_receive_locked(RecvSlot& slot) {
   const ssize_t rc = fi_recv(ep_.get(), slot.value, sizeof(uint64_t), scratch_desc_,
-                             FI_ADDR_UNSPEC, static_cast<Op*>(&slot));
+                             FI_ADDR_UNSPEC, slot.context());
   if (rc == -FI_EAGAIN) {
     pending_reposts_.push_back(&slot);  // capacity reserved: no allocation
     return;
@@ -65,11 +65,11 @@ void OfiTransport::handle_error_locked() {
   std::string text = std::string(fi_strerror(err.err)) + " (" + std::to_string(-err.err) + ")";
   if (detail != nullptr && *detail != '\0') text += ": " + std::string(detail);
 
-  auto* op = static_cast<Op*>(err.op_context);
-  if (op == nullptr || (err.flags & (FI_REMOTE_WRITE | FI_REMOTE_READ))) {
+  if (err.op_context == nullptr || (err.flags & (FI_REMOTE_WRITE | FI_REMOTE_READ))) {
     log::warn("ofi: completion error for a peer's access to this rank: " + text);
     return;
   }
+  Op* op = &Op::of(err.op_context);
   switch (op->kind) {
     case Op::Kind::recv: {
       // Cancelled at shutdown; anything else (a truncated message) lost a peer's
@@ -82,7 +82,9 @@ void OfiTransport::handle_error_locked() {
       return;
     }
     case Op::Kind::write: {
-      auto& bucket = *static_cast<WriteBucket*>(op);
+      auto& write = *static_cast<WriteOp*>(op);
+      WriteBucket& bucket = *write.bucket;
+      write_ops_.give_back(write);  // completed, in error: the provider is done with it
       if (bucket.outstanding > 0) --bucket.outstanding;
       bucket.moved = Clock::now();
       const std::string message = "write to rank " + std::to_string(bucket.peer) + " failed: " + text;
@@ -132,13 +134,12 @@ size_t OfiTransport::progress_locked() {
       if (incoming && (e.flags & FI_REMOTE_CQ_DATA)) {
         // write_notify's value; the data it describes is already in place.
         notifications_.push_back(e.data & value_mask_);
-        if ((e.flags & FI_RECV) && e.op_context != nullptr &&
-            static_cast<Op*>(e.op_context)->kind == Op::Kind::recv)
-          repost_receive_locked(*static_cast<RecvSlot*>(static_cast<Op*>(e.op_context)));
+        if ((e.flags & FI_RECV) && e.op_context != nullptr && Op::of(e.op_context).kind == Op::Kind::recv)
+          repost_receive_locked(static_cast<RecvSlot&>(Op::of(e.op_context)));
         continue;
       }
       if (incoming && (e.flags & FI_RECV)) {
-        auto& slot = *static_cast<RecvSlot*>(static_cast<Op*>(e.op_context));
+        auto& slot = static_cast<RecvSlot&>(Op::of(e.op_context));
         // A shorter message would hand out what the slot held before: the previous value.
         if (e.len == sizeof(uint64_t))
           notifications_.push_back(*slot.value);
@@ -149,10 +150,12 @@ size_t OfiTransport::progress_locked() {
         continue;
       }
       if (incoming) continue;  // a peer's access without a value: nothing to do
-      auto* op = static_cast<Op*>(e.op_context);
-      if (op == nullptr) continue;
+      if (e.op_context == nullptr) continue;
+      Op* op = &Op::of(e.op_context);
       if (op->kind == Op::Kind::write) {
-        auto& bucket = *static_cast<WriteBucket*>(op);
+        auto& write = *static_cast<WriteOp*>(op);
+        WriteBucket& bucket = *write.bucket;
+        write_ops_.give_back(write);
         if (bucket.outstanding > 0) --bucket.outstanding;
         bucket.moved = Clock::now();
       } else if (op->kind == Op::Kind::atomic) {

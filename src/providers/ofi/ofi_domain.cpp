@@ -1,11 +1,12 @@
-// Opening the fabric, domain, CQ, AV and endpoint for the chosen provider, checking that it
-// has the 64-bit atomics pcoll needs, and describing it in Capabilities.
+// Opening the fabric, domain, CQ, AV and endpoint for the chosen provider, finding out
+// whether it has 64-bit remote atomics, and describing it in Capabilities.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "log.hpp"
 #include "settings.hpp"
+#include "ofi_requirements.hpp"
 #include "ofi_transport.hpp"
 
 namespace pcoll::transport::ofi {
@@ -32,10 +33,18 @@ OfiTransport::OfiTransport(ProviderInfo provider, const Options& options)
   check_atomics();
   fill_capabilities();
   post_receives();
-  log::debug("ofi: opened " + caps_.provider + " on " + caps_.domain);
+  log::debug("ofi: opened " + caps_.provider + " on " + caps_.domain + ", mode " + mode_names(info->mode) +
+             ", mr_mode " + mr_mode_names(static_cast<unsigned>(info->domain_attr->mr_mode)) +
+             (caps_.remote_atomics ? ", 64-bit atomics" : ", no atomics: " + atomics_missing_));
 }
 
-OfiTransport::~OfiTransport() = default;
+OfiTransport::~OfiTransport() {
+  // The endpoint goes first, before the contexts it may still hold (posted receives, writes
+  // and atomics in flight) are destroyed: a provider that keeps state in them (FI_CONTEXT)
+  // may touch them while it cancels what is outstanding.
+  std::lock_guard lock(mutex_);
+  ep_.reset();
+}
 
 void OfiTransport::open_objects() {
   fi_info* info = provider_.info.get();
@@ -114,14 +123,26 @@ void OfiTransport::open_objects() {
 }
 
 void OfiTransport::check_atomics() {
-  // pcoll needs 64-bit fetch-add and compare-swap; swap and max are emulated when absent.
+  // 64-bit fetch-add and compare-swap make remote_atomics; swap and max are emulated with
+  // compare-swap where absent. Without them the transport still opens: the atomics then
+  // throw (ofi_atomic.cpp), and the engine's handles use none.
+  const std::string prov = provider_.info->fabric_attr->prov_name ? provider_.info->fabric_attr->prov_name : "?";
+  caps_.remote_atomics = false;
+  if ((provider_.info->caps & FI_ATOMIC) == 0) {
+    atomics_missing_ = prov + " was opened without FI_ATOMIC (" +
+                       (provider_.no_atomics.empty() ? std::string("fi_getinfo offers none") : provider_.no_atomics) + ")";
+    return;
+  }
   size_t count = 0;
-  if (fi_fetch_atomicvalid(ep_.get(), FI_UINT64, FI_SUM, &count) != 0 || count < 1)
-    fail(Errc::unsupported, std::string(provider_.info->fabric_attr->prov_name) +
-                                ": no 64-bit fetching atomic FI_SUM (fi_fetch_atomicvalid)");
-  if (fi_compare_atomicvalid(ep_.get(), FI_UINT64, FI_CSWAP, &count) != 0 || count < 1)
-    fail(Errc::unsupported, std::string(provider_.info->fabric_attr->prov_name) +
-                                ": no 64-bit FI_CSWAP (fi_compare_atomicvalid)");
+  if (fi_fetch_atomicvalid(ep_.get(), FI_UINT64, FI_SUM, &count) != 0 || count < 1) {
+    atomics_missing_ = prov + " has no 64-bit fetching FI_SUM (fi_fetch_atomicvalid)";
+    return;
+  }
+  if (fi_compare_atomicvalid(ep_.get(), FI_UINT64, FI_CSWAP, &count) != 0 || count < 1) {
+    atomics_missing_ = prov + " has no 64-bit FI_CSWAP (fi_compare_atomicvalid)";
+    return;
+  }
+  caps_.remote_atomics = true;
   caps_.max_atomic_count = count;
   native_swap_ = fi_fetch_atomicvalid(ep_.get(), FI_UINT64, FI_ATOMIC_WRITE, &count) == 0 && count >= 1;
   caps_.native_atomic_max = fi_fetch_atomicvalid(ep_.get(), FI_UINT64, FI_MAX, &count) == 0 && count >= 1;
@@ -139,6 +160,7 @@ void OfiTransport::fill_capabilities() {
   caps_.notify_bits = static_cast<unsigned>(cq_data_bytes_ * 8);
   caps_.target_progress = info->domain_attr->data_progress == FI_PROGRESS_MANUAL;
   caps_.wait_object = fd_wait_;
+  caps_.partial_connect = true;
 }
 
 void OfiTransport::post_receives() {

@@ -1,5 +1,8 @@
-// Choosing a libfabric provider for a pcoll selector ("ofi", "ofi:shm", "ofi:tcp", ...) with
-// fi_getinfo, and the factory pcoll::transport::ofi::create().
+// Choosing a libfabric provider for a pcoll selector ("ofi", "ofi:shm", "ofi:verbs", ...) with
+// fi_getinfo, and the factory pcoll::transport::ofi::create(). A candidate is taken only
+// when one of its entries has everything pcoll needs (ofi_requirements.hpp); otherwise the
+// selector moves on to the next, saying why at info level, and the error when none fits
+// lists every reason.
 #include <unistd.h>
 
 #include <rdma/fabric.h>
@@ -12,7 +15,9 @@
 #include <vector>
 
 #include "log.hpp"
+#include "ofi_requirements.hpp"
 #include "ofi_transport.hpp"
+#include "settings.hpp"
 #include "topology.hpp"
 
 namespace pcoll::transport::ofi {
@@ -37,25 +42,30 @@ constexpr Variant kVariants[] = {
     {"psm3", "psm3"},
 };
 
-// "" picks real NICs first, then shared memory, then the TCP providers. On several hosts
-// without a NIC, shm cannot reach the other hosts: ask for ofi:tcp explicitly there.
+// "" picks real NICs first, then shared memory, then the TCP providers; shm only when the
+// job runs on one host (create_ofi).
 constexpr const char* kBestOrder[] = {"cxi", "efa", "verbs;ofi_rxm", "psm3",
                                       "shm", "tcp;ofi_rxm", "sockets"};
 
-InfoPtr make_hints(const std::string& prov_name) {
+InfoPtr make_hints(const std::string& prov_name, bool with_atomics) {
   InfoPtr hints(fi_allocinfo());
   if (!hints) fail(Errc::out_of_memory, "fi_allocinfo failed");
-  // FI_MSG carries notify(); RMA and atomics carry data and control words.
-  hints->caps = FI_MSG | FI_RMA | FI_ATOMIC;
+  // FI_MSG carries notify(), FI_RMA the data; FI_ATOMIC only where asked (the first query),
+  // since the engine's handles need no atomics and some NICs offer none.
+  hints->caps = FI_MSG | FI_RMA | (with_atomics ? FI_ATOMIC : 0);
   hints->ep_attr->type = FI_EP_RDM;
   // Every mr_mode bit pcoll handles (ofi_mr.cpp); the provider clears those it does not need.
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-                                FI_MR_PROV_KEY | FI_MR_ENDPOINT | FI_MR_RAW;
+  hints->domain_attr->mr_mode = static_cast<int>(kHandledMrMode);
   // All calls are serialised by OfiTransport::mutex_, which is what FI_THREAD_DOMAIN asks.
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->domain_attr->av_type = FI_AV_TABLE;
   hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
-  hints->mode = 0;  // no FI_CONTEXT / FI_RX_CQ_DATA: contexts are pcoll's own structs
+  // Remote CQ data asked for explicitly: psm2/psm3 lay out their tag bits without it. A
+  // provider is refused only for offering less; more (shm's 8 bytes) is still reported.
+  hints->domain_attr->cq_data_size = kMinCqDataBytes;
+  // FI_CONTEXT / FI_CONTEXT2 (psm3 needs them): every context begins with an fi_context2
+  // (ofi_context.hpp). The provider clears the bits it does not need.
+  hints->mode = kHonouredMode;
   if (!prov_name.empty()) hints->fabric_attr->prov_name = strdup(prov_name.c_str());
   if (prov_name == "shm") {
     // shm names an endpoint after the process id unless given a name, and a process that
@@ -69,6 +79,18 @@ InfoPtr make_hints(const std::string& prov_name) {
     hints->src_addr = strdup(name.c_str());
     hints->src_addrlen = name.size() + 1;
   }
+  return hints;
+}
+
+// Hints that refuse nothing on mode or mr_mode grounds, for saying why a provider that
+// fi_getinfo left out under pcoll's hints is unusable: the bits it leaves set are the ones
+// it requires.
+InfoPtr diagnostic_hints(const std::string& prov_name) {
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) fail(Errc::out_of_memory, "fi_allocinfo failed");
+  hints->mode = ~uint64_t{0};
+  hints->domain_attr->mr_mode = static_cast<int>(kHandledMrMode | FI_MR_MMU_NOTIFY | FI_MR_RMA_EVENT);
+  hints->fabric_attr->prov_name = strdup(prov_name.c_str());
   return hints;
 }
 
@@ -117,45 +139,108 @@ std::vector<std::string> candidate_providers(const std::string& variant) {
                    describe_available_providers());
 }
 
-InfoPtr query_provider(const std::string& prov_name, std::string* why_not) {
-  InfoPtr hints = make_hints(prov_name);
+namespace {
+
+// The reasons entries were refused, each once (entries of one provider, one per interface
+// or NIC, are often refused for the same reason), in the order first met.
+class Reasons {
+ public:
+  void add(const std::string& reason) {
+    if (!reason.empty() && std::find(list_.begin(), list_.end(), reason) == list_.end()) list_.push_back(reason);
+  }
+  bool empty() const { return list_.empty(); }
+  std::string text() const {
+    std::string out;
+    for (const auto& r : list_) out += (out.empty() ? "" : "; ") + r;
+    return out;
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+// Why fi_getinfo gave no entry at all under pcoll's hints: absent here, or present but
+// lacking something, asked again without any demand on mode, mr_mode or capabilities.
+std::string diagnose(const std::string& prov_name) {
+  InfoPtr hints = diagnostic_hints(prov_name);
   InfoPtr list(getinfo(hints.get()));
-  if (!list) {
-    if (why_not) *why_not = prov_name + ": no FI_EP_RDM endpoint with FI_MSG, FI_RMA and FI_ATOMIC";
-    return nullptr;
+  if (!list)
+    return "not available here (libfabric has no such provider, or it found no device: see fi_info -l "
+           "and fi_info -p '" + prov_name + "')";
+  Reasons reasons;
+  for (fi_info* cur = list.get(); cur != nullptr; cur = cur->next) reasons.add(unusable_because(*cur));
+  if (reasons.empty())
+    return "fi_getinfo offers no entry under pcoll's hints (FI_EP_RDM, FI_THREAD_DOMAIN, FI_AV_TABLE, "
+           "FI_RM_ENABLED, mode " + mode_names(kHonouredMode) + ", mr_mode " + mr_mode_names(kHandledMrMode) + ")";
+  return reasons.text();
+}
+
+bool test_without_atomics() {
+  return settings::get_unsigned("PCOLL_TEST_OFI_WITHOUT_ATOMICS") != 0;
+}
+
+// Takes FI_ATOMIC out of an entry, so that the endpoint is opened without it.
+void drop_atomics(fi_info& info) {
+  info.caps &= ~FI_ATOMIC;
+  if (info.tx_attr) info.tx_attr->caps &= ~FI_ATOMIC;
+  if (info.rx_attr) info.rx_attr->caps &= ~FI_ATOMIC;
+}
+
+}  // namespace
+
+std::optional<ProviderInfo> query_provider(const std::string& prov_name, std::string* why_not) {
+  // First with FI_ATOMIC, then, where no entry offers it along with the rest, without: the
+  // engine needs no atomics, and a NIC without them must still run it.
+  Reasons reasons;
+  std::string no_atomics;
+  bool any_entry = false;
+  for (const bool with_atomics : {true, false}) {
+    if (with_atomics && test_without_atomics()) {
+      no_atomics = "PCOLL_TEST_OFI_WITHOUT_ATOMICS asked for none";
+      continue;
+    }
+    InfoPtr hints = make_hints(prov_name, with_atomics);
+    InfoPtr list(getinfo(hints.get()));
+    // libfabric lists the preferred domain (FI_TCP_IFACE / FI_SOCKETS_IFACE honoured) first.
+    std::vector<fi_info*> usable;
+    for (fi_info* cur = list.get(); cur != nullptr; cur = cur->next) {
+      any_entry = true;
+      const std::string why = unusable_because(*cur);
+      if (why.empty())
+        usable.push_back(cur);
+      else
+        reasons.add(why);
+    }
+    if (usable.empty()) {
+      if (with_atomics) no_atomics = "no fi_getinfo entry with FI_ATOMIC also has the rest pcoll needs";
+      continue;
+    }
+    fi_info* chosen = usable[0];
+    try {
+      chosen = usable[choose_domain(prov_name, usable)];
+    } catch (const Error& e) {  // PCOLL_NIC names none of this provider's domains
+      if (why_not) *why_not = prov_name + ": " + e.what();
+      return std::nullopt;
+    }
+    InfoPtr one(fi_dupinfo(chosen));
+    if (!one) fail(Errc::out_of_memory, "fi_dupinfo failed");
+    if (!no_atomics.empty()) drop_atomics(*one);
+    return ProviderInfo{std::move(one), "", no_atomics};
   }
-  // Entries that also have remote CQ data (write_notify needs it); libfabric lists the
-  // preferred domain (FI_TCP_IFACE / FI_SOCKETS_IFACE honoured) first.
-  std::vector<fi_info*> usable;
-  for (fi_info* cur = list.get(); cur != nullptr; cur = cur->next) {
-    if (cur->domain_attr->cq_data_size < 4) continue;
-    if (cur->tx_attr->inject_size < sizeof(uint64_t)) continue;
-    usable.push_back(cur);
-  }
-  if (usable.empty()) {
-    if (why_not) *why_not = prov_name + ": no remote CQ data (cq_data_size < 4)";
-    return nullptr;
-  }
-  fi_info* chosen = usable[0];
-  try {
-    chosen = usable[choose_domain(prov_name, usable)];
-  } catch (const Error& e) {  // PCOLL_NIC names none of this provider's domains
-    if (why_not) *why_not = prov_name + ": " + e.what();
-    return nullptr;
-  }
-  InfoPtr one(fi_dupinfo(chosen));
-  if (!one) fail(Errc::out_of_memory, "fi_dupinfo failed");
-  return one;
+  if (why_not) *why_not = prov_name + ": " + (any_entry ? reasons.text() : diagnose(prov_name));
+  return std::nullopt;
 }
 
 std::string describe_available_providers() {
   std::set<std::string> usable;
   std::set<std::string> lacking;
   {
-    InfoPtr hints = make_hints("");
+    InfoPtr hints = make_hints("", false);
     InfoPtr list(getinfo(hints.get()));
     for (fi_info* cur = list.get(); cur != nullptr; cur = cur->next)
-      if (cur->fabric_attr->prov_name) usable.insert(cur->fabric_attr->prov_name);
+      if (cur->fabric_attr->prov_name && unusable_because(*cur).empty() &&
+          std::string(cur->fabric_attr->prov_name).find("ofi_rxd") == std::string::npos)  // refused above
+        usable.insert(cur->fabric_attr->prov_name);
   }
   {
     InfoPtr list(getinfo(nullptr));
@@ -168,8 +253,8 @@ std::string describe_available_providers() {
     for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
     return out.empty() ? std::string("none") : out;
   };
-  return "libfabric providers with FI_EP_RDM + RMA + atomics here: " + join(usable) +
-         "; present but unusable for pcoll: " + join(lacking) + ".";
+  return "libfabric providers with what pcoll needs (FI_EP_RDM, FI_MSG, FI_RMA, remote CQ data) here: " +
+         join(usable) + "; present but unusable for pcoll: " + join(lacking) + ".";
 }
 
 namespace {
@@ -186,20 +271,26 @@ std::unique_ptr<Transport> create_ofi(const std::string& variant, const Options&
   const auto candidates = candidate_providers(variant);
   std::string reasons;
   for (const auto& prov_name : candidates) {
+    if (variant.empty() && prov_name == "shm" && options.layout.hosts > 1) {
+      reasons += (reasons.empty() ? "" : "; ") + std::string("shm: the job runs on ") +
+                 std::to_string(options.layout.hosts) + " hosts";
+      continue;
+    }
     std::string why_not;
-    InfoPtr info = query_provider(prov_name, &why_not);
-    if (!info) {
+    std::optional<ProviderInfo> provider = query_provider(prov_name, &why_not);
+    if (!provider) {
+      log::info("ofi: skipping " + why_not);
       reasons += (reasons.empty() ? "" : "; ") + why_not;
       continue;
     }
+    provider->selector = selector_for(prov_name);
     try {
-      return std::make_unique<OfiTransport>(ProviderInfo{std::move(info), selector_for(prov_name)},
-                                            options);
+      return std::make_unique<OfiTransport>(std::move(*provider), options);
     } catch (const Error& e) {
       // "" tries the next provider; an explicit variant reports why this one failed.
       if (!variant.empty()) throw;
       reasons += (reasons.empty() ? "" : "; ") + prov_name + ": " + e.what();
-      log::debug("ofi: skipping " + prov_name + ": " + e.what());
+      log::info("ofi: skipping " + prov_name + ": " + e.what());
     }
   }
   fail(Errc::unsupported, "PCOLL_PROVIDER=ofi" + (variant.empty() ? "" : ":" + variant) +

@@ -1,5 +1,22 @@
 // Registered memory: LocalRegion (fi_mr_reg, honouring every mr_mode bit) and the key blob
 // peers turn into a RemoteRegion. The blob's layout and its validation are ofi_key.cpp's.
+//
+// What each mr_mode bit (fi_mr(3)) asks, and where it is done:
+// - FI_MR_LOCAL: every local buffer handed to libfabric is registered and its descriptor
+//   passed: a write's source (this region's desc), atomic operand/compare/result words and
+//   notify receive buffers (the scratch region, ofi_domain.cpp). notify()'s fi_inject takes
+//   no descriptor: an inject buffer is copied before the call returns.
+// - FI_MR_PROV_KEY: no requested key; the key comes from fi_mr_key (after fi_mr_enable).
+// - FI_MR_ENDPOINT: each MR is bound to the endpoint (fi_mr_bind, flags 0) and enabled
+//   before its key or descriptor is read; the endpoint was enabled first.
+// - FI_MR_RAW: the raw key (FI_GET_RAW_MR) and the base address reported with it travel in
+//   the blob; the importer maps them with fi_mr_map_raw and unmaps the key when the
+//   RemoteRegion goes, before the domain closes.
+// - FI_MR_VIRT_ADDR: remote addresses are the registration's virtual address + offset;
+//   without it, 0-based offsets. The blob says which, and the importer checks it agrees.
+// - FI_MR_ALLOCATED: allocate() writes zeros over all its pages before registering them, as
+//   do the engine's regions (all from allocate()); register_memory() takes memory its
+//   caller owns, which must be backed by pages already (transport.hpp).
 #include <cstdlib>
 #include <cstring>
 

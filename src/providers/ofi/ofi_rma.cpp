@@ -52,6 +52,9 @@ void OfiTransport::check_peer(const char* op, int peer) const {
   if (peer < 0 || peer >= static_cast<int>(peers_.size()))
     invalid_argument(std::string("ofi: ") + op + ": rank " + std::to_string(peer) +
                      " outside a job of " + std::to_string(peers_.size()));
+  if (peers_[static_cast<size_t>(peer)] == FI_ADDR_NOTAVAIL)
+    invalid_argument(std::string("ofi: ") + op + ": rank " + std::to_string(peer) + " is not reached by " +
+                     caps_.name + " (connected without its address)");
 }
 
 void OfiTransport::check_access(const char* op, const OfiLocalRegion* src, size_t src_offset,
@@ -125,6 +128,9 @@ void OfiTransport::post_write_chunk(const OfiLocalRegion& src, size_t src_offset
   std::unique_lock lock(mutex_);
   if (!peer_failure_[peer].empty()) fail_peer(Errc::peer_failed, peer, peer_failure_[peer]);
   WriteBucket& bucket = buckets_[parity_ * peers_.size() + peer];
+  // A context of its own, even for an inject: the write still completes, and FI_CONTEXT
+  // providers keep state in the context until then.
+  WriteOp& op = write_ops_.take(bucket);
   fi_msg_rma msg{};
   msg.msg_iov = &iov;
   msg.desc = &desc;
@@ -132,11 +138,14 @@ void OfiTransport::post_write_chunk(const OfiLocalRegion& src, size_t src_offset
   msg.addr = peers_[peer];
   msg.rma_iov = &rma_iov;
   msg.rma_iov_count = 1;
-  msg.context = static_cast<Op*>(&bucket);
+  msg.context = op.context();
   msg.data = value & value_mask_;  // what the NIC's remote CQ data can hold
   const ssize_t rc = post_with_retry([&] { return fi_writemsg(ep_.get(), &msg, flags); }, lock,
                                      Clock::now() + options_.timeout);
-  if (rc != 0) fail_post(with_value ? "write_notify" : "write", peer, rc, options_.timeout);
+  if (rc != 0) {
+    write_ops_.give_back(op);
+    fail_post(with_value ? "write_notify" : "write", peer, rc, options_.timeout);
+  }
   if (bucket.outstanding++ == 0) bucket.moved = Clock::now();
 }
 

@@ -5,11 +5,14 @@
 // Design in one paragraph: one FI_EP_RDM endpoint with one CQ (FI_CQ_FORMAT_DATA) bound for
 // transmit and receive. Data moves with fi_writemsg (plain writes FI_DELIVERY_COMPLETE,
 // write_notify FI_TRANSMIT_COMPLETE; FI_INJECT when small); write_notify carries the value
-// as remote CQ data, which the target's CQ reports only once the data is placed. notify() cannot use RMA (connect() exchanges addresses, not
-// keys), so it sends the 8-byte value as an FI_MSG inject into a pool of posted receives
-// that progress() re-posts. All libfabric calls run under one mutex (the domain is opened
-// FI_THREAD_DOMAIN, which that mutex makes correct). Every operation that produces a
-// completion carries a context whose first member is an Op tag saying what to update.
+// as remote CQ data, which the target's CQ reports only once the data is placed. notify()
+// cannot use RMA (connect() exchanges addresses, not keys), so it sends the 8-byte value as
+// an FI_MSG inject into a pool of posted receives that progress() re-posts. All libfabric
+// calls run under one mutex (the domain is opened FI_THREAD_DOMAIN, which that mutex makes
+// correct). Every operation that produces a completion carries a context of its own that
+// begins with the fi_context2 FI_CONTEXT providers write into, then an Op tag saying what to
+// update (ofi_context.hpp). 64-bit atomics are used where the provider has them and refused
+// with Errc::unsupported where it has not (Capabilities::remote_atomics).
 #pragma once
 
 #include <rdma/fabric.h>
@@ -33,6 +36,7 @@
 
 #include "delivery_error.hpp"
 #include "error.hpp"
+#include "ofi_context.hpp"
 #include "ofi_provider.hpp"
 #include "transport.hpp"
 #include "wait_loop.hpp"
@@ -72,55 +76,19 @@ bool is_peer_loss(ssize_t rc);
 struct ProviderInfo {
   InfoPtr info;            // one fi_info, owned
   std::string selector;    // "ofi:shm", "ofi:tcp", ...
+  // Why info->caps lacks FI_ATOMIC ("" when it has it): no entry that offers it also offers
+  // what pcoll needs, or a test asked for none (PCOLL_TEST_OFI_WITHOUT_ATOMICS).
+  std::string no_atomics;
 };
 
 // Candidate libfabric provider names for a variant ("" = best available, in order).
 std::vector<std::string> candidate_providers(const std::string& variant);
-// fi_getinfo for one provider name with the capabilities pcoll needs; null when absent.
-InfoPtr query_provider(const std::string& prov_name, std::string* why_not);
-// "shm, tcp;ofi_rxm, sockets" (usable) and providers present without RMA+atomics.
+// fi_getinfo for one provider name: an entry with everything pcoll needs
+// (ofi_requirements.hpp), with FI_ATOMIC where one offers it; nullopt with the reasons in
+// *why_not (one per kind of entry refused) when none does.
+std::optional<ProviderInfo> query_provider(const std::string& prov_name, std::string* why_not);
+// "shm, tcp;ofi_rxm, sockets" (usable) and providers present but unusable for pcoll.
 std::string describe_available_providers();
-
-// --- Operation contexts -----------------------------------------------------------------
-
-// First member of every libfabric operation context, so a completion says what to update.
-struct Op {
-  enum class Kind : uint8_t { write, atomic, recv };
-  explicit Op(Kind k) : kind(k) {}
-  Kind kind;
-};
-
-// Writes to one peer posted in one flush epoch (parity). flush() flips the epoch and waits
-// until the old epoch's buckets drain, so ops posted later never delay it.
-struct WriteBucket : Op {
-  WriteBucket() : Op(Kind::write) {}
-  int peer = -1;
-  uint64_t outstanding = 0;
-  // When the bucket last moved: its first post after being drained, or a completion.
-  // Outstanding writes that do not move for the timeout are a delivery error (a target
-  // that dropped them: libfabric 1.17's shm never completes a write with a wrong key).
-  std::chrono::steady_clock::time_point moved;
-  std::string error;  // first CQ error of this epoch, reported by flush()
-};
-
-// One blocking atomic in flight. Its operand/compare/result words live in the registered
-// scratch region (FI_MR_LOCAL providers need them registered). A slot whose caller timed
-// out stays `abandoned` until its completion arrives, so the provider never writes into
-// memory that was reused.
-struct AtomicSlot : Op {
-  AtomicSlot() : Op(Kind::atomic) {}
-  enum class State : uint8_t { free, busy, done, abandoned };
-  State state = State::free;
-  int peer = -1;
-  std::string error;
-  uint64_t* words = nullptr;  // [0] operand, [1] compare, [2] result
-};
-
-// A posted 8-byte receive for notify() messages.
-struct RecvSlot : Op {
-  RecvSlot() : Op(Kind::recv) {}
-  uint64_t* value = nullptr;
-};
 
 // --- Memory regions (ofi_mr.cpp) ---------------------------------------------------------
 
@@ -254,6 +222,8 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   void check_peer(const char* op, int peer) const;
 
   // ofi_atomic.cpp
+  // Throws Errc::unsupported naming the provider when it has no 64-bit atomics.
+  void require_atomics(const char* op_name) const;
   uint64_t atomic(const char* op_name, const RemoteRegion& dst, size_t offset, enum fi_op op,
                   uint64_t operand, uint64_t compare);
   AtomicSlot& acquire_atomic_slot(const char* op_name, int peer, Clock::time_point deadline);
@@ -292,6 +262,8 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   size_t max_write_bytes_ = 0;
   bool fd_wait_ = false;
   bool native_swap_ = false;
+  // Why there are no remote atomics ("" when there are), for the error the atomics throw.
+  std::string atomics_missing_;
 
   // libfabric objects, declared in the order they must be closed last-to-first.
   FidPtr<fid_fabric> fabric_;
@@ -301,7 +273,7 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   std::unique_ptr<std::byte, FreeDeleter> scratch_memory_;
   FidPtr<fid_mr> scratch_mr_;  // atomic words + receive buffers
   void* scratch_desc_ = nullptr;
-  FidPtr<fid_ep> ep_;          // closed first: cancels the posted receives
+  FidPtr<fid_ep> ep_;          // closed first, by the destructor: cancels the posted receives
   int cq_fd_ = -1;
 
   // Connection state.
@@ -312,7 +284,8 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   // Everything below is guarded by mutex_ (libfabric calls included).
   mutable std::mutex mutex_;
   std::mutex flush_mutex_;             // serialises flush epochs
-  std::vector<WriteBucket> buckets_;   // [parity * size + peer]
+  std::vector<WriteBucket> buckets_;   // [parity * size + peer]; sized once, at connect()
+  WriteOpPool write_ops_;              // one context per write in flight
   unsigned parity_ = 0;
   std::vector<AtomicSlot> atomic_slots_;
   std::vector<RecvSlot> recv_slots_;

@@ -150,6 +150,9 @@ void UcxCore::create_context() {
   // the target in software. Either way notifications are active messages and atomics on
   // register_memory() regions are emulated, both delivered by the target's progress.
   caps.target_progress = variant != "shm";
+  // UCP_FEATURE_AMO64 made the context: UCP runs 64-bit atomics on every transport, in
+  // software at the target where the hardware has none.
+  caps.remote_atomics = true;
   caps.native_atomic_max = false;
   caps.wait_object = true;
 }
