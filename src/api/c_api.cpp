@@ -165,7 +165,7 @@ int pcoll_finalize(pcoll_comm_t* comm) {
   return guarded("pcoll_finalize", [&] {
     require(comm != nullptr, "comm is NULL");
     // Nobody tears down its endpoint while a peer may still be talking to it.
-    owned->comm->stop_heartbeat();
+    owned->comm->begin_leaving();
     if (!owned->comm->failed()) owned->comm->barrier(owned->comm->timeout());
     owned.reset();
   });

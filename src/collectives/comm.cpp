@@ -240,7 +240,15 @@ void Comm::drive_locked() {
   try {
     for (;;) {
       n = transport_->poll(values);
-      for (next = 0; next < n;) dispatch_locked(values[next++]);
+      for (next = 0; next < n;) {
+        const uint64_t value = values[next++];
+        try {
+          dispatch_locked(value);
+        } catch (const Error& error) {
+          if (!leaving_.load(std::memory_order_acquire) || error.rank() < 0 || error.rank() == rank_) throw;
+          log::debug(std::string("while leaving, passed over: ") + error.what());
+        }
+      }
       if (n < values.size()) break;
     }
     // A failure notice in that batch failed the communicator: no round goes on, and no

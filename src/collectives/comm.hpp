@@ -78,10 +78,20 @@ class Comm {
   // A slow application is not a failure; a dead process or a dead engine is.
   void watch_locked(int peer, std::chrono::milliseconds timeout);
 
-  // Ends the heartbeat (heartbeat_locked): pcoll_finalize calls it before its barrier,
-  // after which ranks leave one by one, and one that has left must not look dead to a
-  // rank still leaving.
-  void stop_heartbeat() { heartbeat_on_.store(false, std::memory_order_relaxed); }
+  // pcoll_finalize calls it before its barrier, after which ranks leave one by one. Ends
+  // the heartbeat (heartbeat_locked): one that has left must not look dead to a rank still
+  // leaving. And an error about a peer that this rank's own engine hits from then on (an
+  // answer to a ping from a rank that has since closed its endpoint) is logged (debug) and
+  // passed over, the rest of the batch still dispatched, and so is a failed flush at the
+  // end of the finalize barrier (Agreement::allgather): failing the communicator there
+  // would fail this rank's finalize barrier or skip the bootstrap's final barrier. Failure
+  // notices from other ranks and unanswered pings still fail it, so a rank that dies while
+  // the others leave is still named.
+  void begin_leaving() {
+    heartbeat_on_.store(false, std::memory_order_relaxed);
+    leaving_.store(true, std::memory_order_release);
+  }
+  bool is_leaving() const { return leaving_.load(std::memory_order_acquire); }
 
   // Marks the communicator failed (first reason wins), tells every peer, wakes waiters.
   void mark_failed(int culprit, const std::string& reason);
@@ -154,6 +164,7 @@ class Comm {
   std::deque<uint32_t> free_slots_;
 
   std::atomic<bool> failed_{false};
+  std::atomic<bool> leaving_{false};
   mutable std::mutex failure_mutex_;
   std::string failure_reason_;
   int failure_code_ = 0;

@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
   if (g_me.rank != 0) context.setOption("minimal", true);
   const int failed = context.run();
   collective_rules::close(g_me);
-  pcoll_finalize(g_me.comm);
+  // A job whose every check passed must also leave cleanly: ranks finish the finalize
+  // barrier at different times and close their endpoints while others still flush.
+  if (pcoll_finalize(g_me.comm) != PCOLL_SUCCESS) {
+    std::fprintf(stderr, "collective_check: pcoll_finalize failed: %s\n", pcoll_last_error());
+    return 1;
+  }
   return failed;
 }
