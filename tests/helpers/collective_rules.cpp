@@ -411,7 +411,11 @@ void majority_initiator_is_the_agreed_draw(const Rank& me) {
 void max_lag_bounds_how_far_others_run_ahead(const Rank& me) {
   if (me.size < 2) return;
   const int sleeper = me.size - 1;
-  const int slow_ms = 60;
+  const int slow_ms = 100;
+  // The ranks leave the barrier at different moments (by several ms on a loaded host), so
+  // the sleeper's first sleep may begin before this rank's clock starts: the bound allows
+  // that much, and still fails if a rank ran one round further ahead (a whole sleep less).
+  const double skew_ms = 25;
   for (const uint32_t lag : {1u, 2u}) {
     pcoll_allreduce_opts_t opts;
     pcoll_allreduce_opts_init(&opts);
@@ -428,7 +432,7 @@ void max_lag_bounds_how_far_others_run_ahead(const Rank& me) {
       // Round t needs the sleeper's run(t - lag), which it calls after (t - lag + 1) sleeps.
       const int sleeps = t - static_cast<int>(lag) + 1;
       CAPTURE(lag); CAPTURE(t); CAPTURE(ms);
-      if (sleeps > 0) CHECK(ms >= 0.95 * sleeps * slow_ms);
+      if (sleeps > 0) CHECK(ms >= sleeps * slow_ms - skew_ms);
     }
     pcoll_round_info_t info{};
     REQUIRE(pcoll_allreduce_flush(h, recv, &info) == PCOLL_SUCCESS);
@@ -543,7 +547,7 @@ void quorum_rounds_start_once_k_ranks_arrived(const Rank& me) {
   for (const int k : {1, 2, me.size - 1, me.size})
     if (k >= 1 && k <= me.size && std::find(ks.begin(), ks.end(), static_cast<uint32_t>(k)) == ks.end())
       ks.push_back(static_cast<uint32_t>(k));
-  const auto nap = std::chrono::milliseconds(150);
+  const auto nap = std::chrono::milliseconds(200);
   const int rounds = 4;
   for (const uint32_t k : ks) {
     pcoll_allreduce_opts_t opts;
@@ -577,9 +581,10 @@ void quorum_rounds_start_once_k_ranks_arrived(const Rank& me) {
         for (int r = 0; r < static_cast<int>(k); ++r) CHECK(is_fresh(info, r));
         CHECK(info.initiator >= 0);
         CHECK(info.initiator < static_cast<int>(k));  // one of the ranks that arrived
-        // The round started without the nappers: the on-time ranks had it long before.
+        // The round started without the nappers: the on-time ranks had it long before. (The
+        // ranks leave the barrier several ms apart on a loaded host, hence the margins.)
         if (on_time && k < static_cast<uint32_t>(me.size)) CHECK(waited < nap / 2);
-        if (on_time && k == static_cast<uint32_t>(me.size) && me.size > 1) CHECK(waited >= nap * 9 / 10);
+        if (on_time && k == static_cast<uint32_t>(me.size) && me.size > 1) CHECK(waited >= nap * 2 / 3);
       }
       const auto parts = ledger.round(info, flush);
       for (size_t i = 0; i < 16; ++i) CHECK(static_cast<double>(recv[i]) == reference(PCOLL_INT64, PCOLL_OP_SUM, parts, i));
@@ -621,7 +626,9 @@ void quorum_grace_starts_the_round_without_the_quorum(const Rank& me) {
       CHECK(info.initiator >= 0);
       CHECK(info.initiator != sleeper);
       if (me.rank != sleeper) {
-        CHECK(waited >= std::chrono::milliseconds(15));   // the grace was waited for
+        // The grace was waited for (it runs from the first arrival, and the ranks leave the
+        // barrier a few ms apart),
+        CHECK(waited >= std::chrono::milliseconds(10));
         CHECK(waited < std::chrono::milliseconds(200));   // and not the sleeper
       }
     }
