@@ -61,6 +61,9 @@ void UcxTransport::connect(int my_rank, std::span<const Bytes> addresses) {
   if (addresses[static_cast<size_t>(my_rank)] != core_->worker_address)
     invalid_argument("ucx: connect(): address " + std::to_string(my_rank) +
                      " is not this transport's address (bootstrap gathered out of order?)");
+  if (core_->unmapped_rank >= 0 && static_cast<size_t>(core_->unmapped_rank) >= addresses.size())
+    invalid_argument("PCOLL_TEST_UCX_UNMAPPED_RANK=" + std::to_string(core_->unmapped_rank) +
+                     " is not a rank of this job of " + std::to_string(addresses.size()));
 
   std::vector<std::unique_ptr<Peer>> peers;
   peers.reserve(addresses.size());
