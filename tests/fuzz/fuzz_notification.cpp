@@ -42,7 +42,9 @@ void one_width(unsigned bits, uint64_t value, uint64_t reference) {
   const NoticeCodec codec(bits);
   // Decoding any value: fields in range, and encoding them decodes to the same notice.
   const Notice n = codec.decode(value);
-  check(n.handle < codec.max_handles() && n.tag < codec.max_tags() && n.chunk < codec.max_chunks());
+  // The handle field is a slot and its generation: it spans max_handles() << kGenerationBits.
+  check(n.handle < (codec.max_handles() << NoticeCodec::kGenerationBits) &&
+        codec.handle_slot(n.handle) < codec.max_handles() && n.tag < codec.max_tags() && n.chunk < codec.max_chunks());
   check(n.rank < (1u << 20) && n.sender <= codec.unknown_rank() && n.type < 1024);
   const uint64_t again = encode(codec, n);
   check(codec.fits(again));
