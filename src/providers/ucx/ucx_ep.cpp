@@ -146,18 +146,7 @@ void UcxTransport::wire_up(std::unique_lock<std::mutex>& lock) {
   for (auto& owned : core_->peers) {
     Peer& p = *owned;
     if (p.rank == core_->my_rank || p.failure != UCS_OK) continue;
-    auto op = std::make_unique<BlockingOp>();
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = on_blocking_complete;
-    param.user_data = op.get();
-    ucs_status_ptr_t request = ucp_ep_flush_nbx(p.ep, &param);
-    if (UCS_PTR_IS_ERR(request)) {
-      core_->record_failure(p, UCS_PTR_STATUS(request), "connecting (endpoint flush) failed");
-      continue;
-    }
-    if (request == nullptr) op->done = true;
-    flushes[static_cast<size_t>(p.rank)] = std::move(op);
+    flushes[static_cast<size_t>(p.rank)] = start_endpoint_flush(*core_, p, "connecting (endpoint flush) failed");
   }
 
   enum class Phase { hello, ready };

@@ -147,6 +147,21 @@ void on_blocking_complete(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
+std::unique_ptr<BlockingOp> start_endpoint_flush(UcxCore& core, Peer& p, const char* what) {
+  auto op = std::make_unique<BlockingOp>();
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = on_blocking_complete;
+  param.user_data = op.get();
+  ucs_status_ptr_t request = ucp_ep_flush_nbx(p.ep, &param);
+  if (UCS_PTR_IS_ERR(request)) {
+    core.record_failure(p, UCS_PTR_STATUS(request), what);
+    return nullptr;
+  }
+  if (request == nullptr) op->done = true;
+  return op;
+}
+
 SendOp* UcxCore::acquire_send_op(int peer_rank) {
   if (free_send_ops_.empty()) {
     send_op_storage.push_back(std::make_unique<SendOp>());
@@ -340,18 +355,11 @@ void UcxTransport::flush_within(std::chrono::milliseconds timeout) {
       pending.push_back({&p, nullptr, p.puts_posted});
       continue;
     }
-    auto op = std::make_unique<BlockingOp>();
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = on_blocking_complete;
-    param.user_data = op.get();
-    ucs_status_ptr_t request = ucp_ep_flush_nbx(p.ep, &param);
-    if (UCS_PTR_IS_ERR(request)) {
-      core_->record_failure(p, UCS_PTR_STATUS(request), "flush failed");
+    auto op = start_endpoint_flush(*core_, p, "flush failed");
+    if (!op) {
       failed.push_back(&p);
       continue;
     }
-    if (request == nullptr) op->done = true;
     pending.push_back({&p, std::move(op), p.puts_posted});
   }
   auto settled = [](const Pending& e) {

@@ -430,4 +430,9 @@ ucp_request_param_t send_param(SendOp* op);
 void on_send_complete(void* request, ucs_status_t status, void* user_data);
 void on_blocking_complete(void* request, ucs_status_t status, void* user_data);
 
+// Posts an endpoint flush towards `p`, completed by on_blocking_complete: the op (done at
+// once where UCX completed it inline), or null when UCX refused it, which is recorded as
+// the peer's failure with `what`.
+std::unique_ptr<BlockingOp> start_endpoint_flush(UcxCore& core, Peer& p, const char* what);
+
 }  // namespace pcoll::transport::ucx
