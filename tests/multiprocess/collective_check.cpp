@@ -3,7 +3,6 @@
 // written once in tests/helpers/collective_rules.cpp (tests/threads runs the same rules
 // with ranks as threads); every rank runs the same cases in the same order, since each
 // case is collective.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>

@@ -2,7 +2,6 @@
 // slack, in every mode. The test launches its own ranks with the manual PCOLL_ROOT
 // bootstrap (pcollrun would, rightly, stop the whole job when one rank dies), one of which
 // SIGKILLs itself in the middle of a run.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -1,7 +1,6 @@
 // Rules of the TCP store bootstrap (src/bootstrap), checked with real
 // processes: ranks are tests/bootstrap_rank, started through pcollrun or with the manual
 // PCOLL_* environment (rank 0 hosting the store). Every process runs under a deadline.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <poll.h>

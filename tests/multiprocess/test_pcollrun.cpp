@@ -1,6 +1,5 @@
 // Rules of the pcollrun launcher (tools/pcollrun.cpp), checked by running it on
 // tests/bootstrap_rank and /bin/sh. Every run has a deadline; a run that misses it fails.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <regex>

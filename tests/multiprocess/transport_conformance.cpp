@@ -10,7 +10,6 @@
 // The atomic cases run where capabilities().remote_atomics says there are atomics; where it
 // does not, one case checks that every atomic is refused instead
 // (PCOLL_TEST_OFI_WITHOUT_ATOMICS=1 makes that so on libfabric here).
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -5,7 +5,6 @@
 // a debugger sees every rank and ThreadSanitizer every access (scripts/test-tsan.sh).
 //
 //   engine_threads [--ranks=N | --ranks=LO-HI] [doctest options, e.g. -tc='*carry*']
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>

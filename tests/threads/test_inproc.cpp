@@ -3,7 +3,6 @@
 // process (ranks as threads) checked for process-wide state they must not share. The
 // provider's cases use a few transports driven from one thread where the order of events
 // must be exact, and threads where blocking and contention are the point.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <sched.h>
 #include <unistd.h>

@@ -1,7 +1,6 @@
 // pcoll_allreduce_stats (docs/observability.md), rule by rule, with ranks as threads: every
 // counter is checked against what the rounds' infos told the application, so the checks hold
 // whatever the machine's load makes late.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <algorithm>

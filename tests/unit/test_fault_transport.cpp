@@ -1,7 +1,6 @@
 // Unit tests of the fault-injection transport (src/providers/fault): PCOLL_FAULT's grammar
 // and its errors, and each fault's effect on a loopback transport in this process, where
 // what arrives and in which order is known exactly.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <signal.h>
 

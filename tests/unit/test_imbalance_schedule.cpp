@@ -2,7 +2,6 @@
 // stay the same from one version to the next. perf/ carries its own copy of the draw (it
 // uses only the public API), so this checks that the copy is the library's hash and that
 // the schedules are the ones recorded when the copy was made.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdint>

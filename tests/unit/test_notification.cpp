@@ -1,7 +1,6 @@
 // Unit tests of the notification codec (src/collectives/notification.hpp): both layouts
 // carry every field they promise, within the limits they state, and widen rounds and
 // agreement sequences around the receiver's own.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdint>

@@ -1,6 +1,5 @@
 // The libfabric key envelope (src/providers/ofi/ofi_key): what import_region reads from a
 // peer's blob, and every way a blob is refused.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

@@ -3,7 +3,6 @@
 // like those verbs;ofi_rxm, efa, cxi and psm3 report (per their fi_<provider>(7) pages) are
 // accepted or refused with the reason, and every operation context begins with an
 // fi_context2 the provider may overwrite while the operation is in flight.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

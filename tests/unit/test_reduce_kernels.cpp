@@ -1,7 +1,6 @@
 // Unit tests of the element types and reduction kernels (src/collectives/dtype, reduce_kernels):
 // every dtype x op against a scalar reference written independently of the kernels,
 // float16 / bfloat16 conversions, and the bitwise commutativity the engine relies on.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <bit>

@@ -2,7 +2,6 @@
 // in this process, every peer's traffic goes through the transport of its place, each inner
 // transport is connected to exactly the ranks it serves, and malformed addresses and keys
 // are refused naming the rank.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

@@ -5,7 +5,6 @@
 // own Transfer::chunk, the function the engine (allreduce.cpp) writes and reduces with, so
 // the chunk boundaries checked here are the ones on the wire. Pure logic: no transport
 // involved.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

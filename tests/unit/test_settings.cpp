@@ -1,7 +1,6 @@
 // The settings table's readers (src/support/settings.hpp): defaults from the table, values
 // checked against their declared type with errors naming the variable, and the names the
 // table does not know. One process; each case sets and clears its own variables.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdlib>

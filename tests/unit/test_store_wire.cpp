@@ -2,7 +2,6 @@
 // parsers read back, and malformed input -- truncated, oversized, bad magic, version or type,
 // bad key lengths -- gives a clear Errc::protocol or an invalid frame, never a crash or an
 // allocation sized by the peer.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdint>

@@ -1,6 +1,5 @@
 // The shared wait loop (src/transport/wait_loop.hpp) over a fake provider whose fd is an
 // eventfd nobody signals: the wake-up rules both providers rely on, one case per rule.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <atomic>
