@@ -13,7 +13,11 @@ model is sized so that this takes 10-20 ms here: real compute, not a sleep).
 Imbalance: the same models, draws and shared seed as pcoll_imbalance (perf/imbalance_model.cpp)
 give every (step, rank) a step time T, with the compute C measured at the start (the slowest
 rank's median, all ranks computing at once). A rank computes, and sleeps T - C on top when T
-is longer: paper = two ranks drawn per step get C + D (D = --delay-factor x C, or --delay-ms),
+is longer, between its compute and its communication (--delay-at after-compute, the
+default; under ddp a comm hook sleeps before the first bucket's allreduce). With
+--delay-at before-compute the sleep comes first: where ranks share cores (more ranks than
+cores), the others then compute on the cores the sleeper leaves, so a delayed sync step
+takes about D + C/2 instead of the model's C + D, and sync pays only part of the delay: paper = two ranks drawn per step get C + D (D = --delay-factor x C, or --delay-ms),
 lognormal (mean C), slowrank, trace:FILE (times x --trace-scale), none.
 
 Modes: sync, solo, majority (pcoll.torch.DistributedOptimizer, one round per step over all
@@ -235,10 +239,24 @@ def train(comm, args, mode, seed, data, sleep_ms):
     model = make_model(seed, args.hidden)
     batches = Batches(x, y, args.batch, seed, comm.rank)
     sgd_args = dict(lr=args.lr, momentum=args.momentum)
+    after_compute = args.delay_at == "after-compute"
+    pending_sleep = [0.0]  # seconds the ddp comm hook sleeps before this step's first bucket
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         trained = DDP(model, broadcast_buffers=False)  # broadcasts rank 0's weights
         optimizer = torch.optim.SGD(trained.parameters(), **sgd_args)
+        if after_compute:
+            # DDP communicates inside backward: the delay goes in front of the allreduce
+            # (DDP's own allreduce hook, unchanged otherwise).
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            def delayed_allreduce(process_group, bucket):
+                if pending_sleep[0] > 0:
+                    time.sleep(pending_sleep[0])
+                    pending_sleep[0] = 0.0
+                return default_hooks.allreduce_hook(process_group, bucket)
+
+            trained.register_comm_hook(None, delayed_allreduce)
     else:
         pt.broadcast_parameters(model, comm)
         trained = model
@@ -254,11 +272,16 @@ def train(comm, args, mode, seed, data, sleep_ms):
             taken = time.perf_counter()
             snapshots.append((step, taken - start - off_clock, copy.deepcopy(model.state_dict())))
             off_clock += time.perf_counter() - taken
-        if sleep_ms[step] > 0:
-            time.sleep(sleep_ms[step] * 1e-3)
+        delay = sleep_ms[step] * 1e-3
+        if delay > 0 and not after_compute:
+            time.sleep(delay)
         bx, by = batches.next()
         optimizer.zero_grad()
+        if mode == "ddp":
+            pending_sleep[0] = delay if after_compute else 0.0
         loss_fn(trained(bx), by).backward()
+        if delay > 0 and after_compute and mode != "ddp":
+            time.sleep(delay)
         optimizer.step()
     if mode != "ddp":
         optimizer.flush()
@@ -298,7 +321,7 @@ def report(comm, args, compute_ms, delay_ms, records_by_seed):
         for r in records:
             ttt = time_to(r["curve"], target) if target is not None else None
             rows.append({"tool": "train_imbalance", "P": comm.size, "provider": comm.provider,
-                         "model": args.model_name, "seed": seed, "mode": r["mode"], "steps": r["steps"],
+                         "model": args.model_name, "delay_at": args.delay_at, "seed": seed, "mode": r["mode"], "steps": r["steps"],
                          "compute_ms": round(compute_ms, 3), "delay_ms": round(delay_ms, 3),
                          "wall_s": round(r["wall_s"], 4), "ms_per_step": round(r["ms_per_step"], 3),
                          "final_accuracy": round(r["final_accuracy"], 5),
@@ -314,7 +337,7 @@ def report(comm, args, compute_ms, delay_ms, records_by_seed):
             med = lambda key: (statistics.median([row[key] for row in mine])
                                if all(row[key] is not None for row in mine) else None)
             summary.append({"tool": "train_imbalance", "P": comm.size, "provider": comm.provider,
-                            "model": args.model_name, "seed": "median", "mode": mode, "steps": args.steps,
+                            "model": args.model_name, "delay_at": args.delay_at, "seed": "median", "mode": mode, "steps": args.steps,
                             "seeds": [row["seed"] for row in mine],
                             **{key: med(key) for key in ("wall_s", "ms_per_step", "final_accuracy",
                                                          "target_accuracy", "time_to_target_s",
@@ -383,6 +406,9 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.02, help="SGD learning rate (default 0.02)")
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
     parser.add_argument("--max-lag", type=int, default=1, help="pcoll handle option (default 1)")
+    parser.add_argument("--delay-at", choices=("after-compute", "before-compute"), default="after-compute",
+                        help="where a step's delay sleeps: between compute and communication (default) "
+                             "or before the compute")
     parser.add_argument("--delay-factor", type=float, default=0.8, help="paper: D = factor x C (default 0.8)")
     parser.add_argument("--delay-ms", type=float, help="paper: D in ms instead of a factor of C")
     parser.add_argument("--compute-ms", type=float,
@@ -462,7 +488,7 @@ def main():
         print(f"# train_imbalance: P={comm.size}, provider {comm.provider}, bootstrap {comm.bootstrap}, "
               f"{args.steps} steps per mode, model {describe_model(args, compute_ms, delay_ms)}")
         print(f"# MLP 64-{args.hidden}-{args.hidden}-10, batch {args.batch} per rank, SGD lr {args.lr:g} "
-              f"momentum {args.momentum:g}, max_lag {args.max_lag}; target: "
+              f"momentum {args.momentum:g}, max_lag {args.max_lag}, delay {args.delay_at}; target: "
               + (f"{100 * args.target:.2f}%" if args.target is not None
                  else f"sync's final accuracy - {100 * args.target_margin:g} points"))
         sys.stdout.flush()

@@ -44,6 +44,7 @@ def train_module():
     (["--seeds", "1,x"], "--seeds"),
     (["--steps", "0"], "--steps must be at least 1"),
     (["--delay-factor", "-1"], "--delay-factor"),
+    (["--delay-at", "middle"], "--delay-at"),
     (["--target", "95"], "--target is an accuracy between 0 and 1"),
     (["--model", f"trace:{TRACE.parent / 'no_such_file.csv'}"], "cannot be read"),
     (["--model", f"trace:{TRACE.parent / 'trace_malformed.csv'}"], "line"),
@@ -85,6 +86,34 @@ def test_train_imbalance_short_run_of_every_mode(tmp_path):
         assert 0 < r["fresh_fraction"] <= 1 and r["wall_s"] > 0
     assert rows[0]["speedup_to_target"] == 1.0 and rows[0]["time_to_target_s"] is not None
     assert png.stat().st_size > 10000
+
+
+def test_train_imbalance_delay_shows_in_every_mode_at_either_placement():
+    # Two ranks, paper model: every step has a drawn rank, so a sync or DDP step cannot be
+    # shorter than D (for DDP after the compute, only its comm hook can put the sleep there).
+    for where in ("after-compute", "before-compute"):
+        done = launch(2, TRAIN, "--steps", "10", "--modes", "sync,ddp", "--delay-ms", "40", "--delay-at", where,
+                      "--json", *SMALL)
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert [r["mode"] for r in rows] == ["sync", "ddp"] and all(r["delay_at"] == where for r in rows)
+        for r in rows:
+            assert r["ms_per_step"] >= 40, (where, r)
+
+
+def test_core_sharing_model():
+    spec = importlib.util.spec_from_file_location("core_sharing_model", ROOT / "perf" / "core_sharing_model.py")
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    step = {(mode, after, cores): model.simulate(mode, 1, after, 4, cores, 300, 0.8, 1)
+            for mode in ("sync", "solo") for after in (False, True) for cores in (2, 4)}
+    # A core per rank: where the sleep goes does not matter, and a drawn step is C + D.
+    for mode in ("sync", "solo"):
+        assert step[mode, False, 4] == pytest.approx(step[mode, True, 4], rel=0.02)
+    assert step["sync", True, 4] == pytest.approx(1.8, rel=0.02)
+    # Two cores: sleeping before the compute hides part of the delay from sync.
+    assert step["sync", False, 2] < step["sync", True, 2] - 0.3
+    assert step["solo", False, 2] < step["sync", False, 2] and step["solo", True, 2] < step["sync", True, 2]
 
 
 def test_train_imbalance_trace_model_and_seed_medians(tmp_path):
