@@ -22,46 +22,45 @@ def simulate(mode, lag, after, ranks, cores, steps, delay_factor, seed, dt=0.002
     for s in range(steps):
         for _ in range(2):
             sleeps[s][rnd.randrange(ranks)] = delay
-    called = [[None] * ranks for _ in range(steps)]
-    complete = [False] * steps
-    next_round = 0
+    halves = ("compute", "sleep") if after else ("sleep", "compute")
+
+    def length(half, s, r):
+        return c if half == "compute" else sleeps[s][r]
+
+    called = [[False] * ranks for _ in range(steps)]
+    complete = 0                   # rounds 0 .. complete-1 are complete
     step = [0] * ranks
-    first = "compute" if after else "sleep"
-    phase = [first] * ranks
-    left = [c if after else sleeps[0][r] for r in range(ranks)]
+    half = [0] * ranks             # index into halves; 2 = called run(step), waiting
+    left = [length(halves[0], 0, r) for r in range(ranks)]
     now = 0.0
     while min(step) < steps:
-        computing = sum(1 for r in range(ranks) if phase[r] == "compute")
+        computing = sum(1 for r in range(ranks) if half[r] < 2 and halves[half[r]] == "compute")
         rate = min(1.0, cores / computing) if computing else 0.0
         for r in range(ranks):
-            if step[r] >= steps or phase[r] == "wait":
+            if step[r] >= steps or half[r] == 2:
                 continue
-            left[r] -= dt * (rate if phase[r] == "compute" else 1.0)
-            if left[r] > 0:
-                continue
-            if (phase[r] == "compute") == after:  # first half done: the other half
-                phase[r] = "sleep" if after else "compute"
-                left[r] = sleeps[step[r]][r] if after else c
-            else:
-                phase[r] = "wait"
-                called[step[r]][r] = now
-        while next_round < steps:
-            t = next_round
+            left[r] -= dt * (rate if halves[half[r]] == "compute" else 1.0)
+            if left[r] <= 0:
+                half[r] += 1
+                if half[r] == 2:
+                    called[step[r]][r] = True
+                else:
+                    left[r] = length(halves[1], step[r], r)
+        while complete < steps:
+            t = complete
             if mode == "sync":
-                ready = all(x is not None for x in called[t])
+                ready = all(called[t])
             else:
-                ready = (any(x is not None for x in called[t])
-                         and (t < lag or all(x is not None for x in called[t - lag])))
+                ready = any(called[t]) and (t < lag or all(called[t - lag]))
             if not ready:
                 break
-            complete[t] = True
-            next_round += 1
+            complete += 1
         for r in range(ranks):
-            if phase[r] == "wait" and step[r] < steps and complete[step[r]]:
+            if half[r] == 2 and step[r] < complete:
                 step[r] += 1
                 if step[r] < steps:
-                    phase[r] = first
-                    left[r] = c if after else sleeps[step[r]][r]
+                    half[r] = 0
+                    left[r] = length(halves[0], step[r], r)
         now += dt
     return now / steps / contended  # step time in units of C
 

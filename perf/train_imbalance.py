@@ -17,8 +17,9 @@ is longer, between its compute and its communication (--delay-at after-compute, 
 default; under ddp a comm hook sleeps before the first bucket's allreduce). With
 --delay-at before-compute the sleep comes first: where ranks share cores (more ranks than
 cores), the others then compute on the cores the sleeper leaves, so a delayed sync step
-takes about D + C/2 instead of the model's C + D, and sync pays only part of the delay: paper = two ranks drawn per step get C + D (D = --delay-factor x C, or --delay-ms),
-lognormal (mean C), slowrank, trace:FILE (times x --trace-scale), none.
+takes about D + C/2 instead of the model's C + D, and sync pays only part of the delay.
+Models: paper = two ranks drawn per step get C + D (D = --delay-factor x C, or
+--delay-ms), lognormal (mean C), slowrank, trace:FILE (times x --trace-scale), none.
 
 Modes: sync, solo, majority (pcoll.torch.DistributedOptimizer, one round per step over all
 gradients, flushed at the end) and ddp (torch DistributedDataParallel with its own gloo
@@ -277,8 +278,8 @@ def train(comm, args, mode, seed, data, sleep_ms):
             time.sleep(delay)
         bx, by = batches.next()
         optimizer.zero_grad()
-        if mode == "ddp":
-            pending_sleep[0] = delay if after_compute else 0.0
+        if mode == "ddp" and after_compute:
+            pending_sleep[0] = delay  # set every step: the hook clears it once slept
         loss_fn(trained(bx), by).backward()
         if delay > 0 and after_compute and mode != "ddp":
             time.sleep(delay)
@@ -321,7 +322,8 @@ def report(comm, args, compute_ms, delay_ms, records_by_seed):
         for r in records:
             ttt = time_to(r["curve"], target) if target is not None else None
             rows.append({"tool": "train_imbalance", "P": comm.size, "provider": comm.provider,
-                         "model": args.model_name, "delay_at": args.delay_at, "seed": seed, "mode": r["mode"], "steps": r["steps"],
+                         "model": args.model_name, "delay_at": args.delay_at, "seed": seed, "mode": r["mode"],
+                         "steps": r["steps"],
                          "compute_ms": round(compute_ms, 3), "delay_ms": round(delay_ms, 3),
                          "wall_s": round(r["wall_s"], 4), "ms_per_step": round(r["ms_per_step"], 3),
                          "final_accuracy": round(r["final_accuracy"], 5),
@@ -337,7 +339,8 @@ def report(comm, args, compute_ms, delay_ms, records_by_seed):
             med = lambda key: (statistics.median([row[key] for row in mine])
                                if all(row[key] is not None for row in mine) else None)
             summary.append({"tool": "train_imbalance", "P": comm.size, "provider": comm.provider,
-                            "model": args.model_name, "delay_at": args.delay_at, "seed": "median", "mode": mode, "steps": args.steps,
+                            "model": args.model_name, "delay_at": args.delay_at, "seed": "median", "mode": mode,
+                            "steps": args.steps,
                             "seeds": [row["seed"] for row in mine],
                             **{key: med(key) for key in ("wall_s", "ms_per_step", "final_accuracy",
                                                          "target_accuracy", "time_to_target_s",
