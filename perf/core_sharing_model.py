@@ -75,6 +75,8 @@ def main():
     args = parser.parse_args()
     if args.ranks < 1 or args.cores < 1 or args.steps < 4:
         parser.error("--ranks and --cores must be at least 1, --steps at least 4")
+    if not 0 <= args.delay_factor < 1e6:
+        parser.error(f"--delay-factor {args.delay_factor:g} must be a non-negative number")
     for after in (False, True):
         where = "after compute " if after else "before compute"
         common = (after, args.ranks, args.cores, args.steps, args.delay_factor, args.seed)

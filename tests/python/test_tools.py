@@ -101,6 +101,18 @@ def test_train_imbalance_delay_shows_in_every_mode_at_either_placement():
             assert r["ms_per_step"] >= 40, (where, r)
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--cores", "0"], "--cores must be at least 1"),
+    (["--steps", "2"], "--steps at least 4"),
+    (["--delay-factor", "-1"], "--delay-factor -1 must be a non-negative number"),
+    (["--delay-factor", "nan"], "--delay-factor nan must be a non-negative number"),
+])
+def test_core_sharing_model_refuses_bad_arguments(args, words):
+    done = subprocess.run([sys.executable, str(ROOT / "perf" / "core_sharing_model.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
 def test_core_sharing_model():
     spec = importlib.util.spec_from_file_location("core_sharing_model", ROOT / "perf" / "core_sharing_model.py")
     model = importlib.util.module_from_spec(spec)
