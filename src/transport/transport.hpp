@@ -67,10 +67,18 @@ struct NotificationPaths {
 // Per-transport settings the collectives pass down.
 struct Options {
   // Blocking operations (atomics, flush, connect) give up after this long with
-  // Errc::timeout naming the peer.
+  // Errc::timeout naming the peer. A communicator sets half of PCOLL_TIMEOUT_MS
+  // (collectives/comm.cpp says why).
   std::chrono::milliseconds timeout{30000};
   JobLayout layout;
 };
+
+// How provider errors quote Options::timeout: "1000 ms (half of PCOLL_TIMEOUT_MS)".
+inline std::string timeout_text(std::chrono::milliseconds timeout) {
+  return std::to_string(timeout.count()) + " ms (half of PCOLL_TIMEOUT_MS)";
+}
+// "rank " before one entry of a list of ranks, "ranks " before several.
+inline std::string ranks_word(size_t count) { return count == 1 ? "rank " : "ranks "; }
 
 // Memory of this process registered with the transport. Persistent: register once, use often.
 class LocalRegion {

@@ -34,7 +34,7 @@ AtomicSlot& OfiTransport::acquire_atomic_slot(const char* op_name, int peer,
       fail_peer(Errc::timeout, peer, std::string("ofi: ") + op_name + " to rank " + std::to_string(peer) +
                               ": all " + std::to_string(kAtomicSlots) +
                               " atomic slots stayed busy for " +
-                              std::to_string(options_.timeout.count()) + " ms (PCOLL_TIMEOUT_MS)");
+                              timeout_text(options_.timeout));
     mutex_.unlock();
     std::this_thread::yield();
     mutex_.lock();
@@ -88,8 +88,8 @@ uint64_t OfiTransport::atomic(const char* op_name, const RemoteRegion& dst_in, s
     slot.state = AtomicSlot::State::abandoned;
     fail_peer(Errc::timeout, peer, std::string("ofi: ") + op_name + " on rank " + std::to_string(peer) +
                             " did not complete within " +
-                            std::to_string(options_.timeout.count()) +
-                            " ms (PCOLL_TIMEOUT_MS); is its progress engine running?");
+                            timeout_text(options_.timeout) +
+                            "; is its progress engine running?");
   }
   const uint64_t old_value = words[2];
   std::string error = std::move(slot.error);

@@ -41,7 +41,7 @@ bool is_peer_loss(ssize_t rc) {
   const std::string rank = "rank " + std::to_string(peer);
   if (rc == -FI_EAGAIN)
     fail_peer(Errc::timeout, peer, op + " to " + rank + ": the transmit queue stayed full for " +
-                            std::to_string(timeout.count()) + " ms (PCOLL_TIMEOUT_MS); is " +
+                            timeout_text(timeout) + "; is " +
                             rank + " still progressing?");
   if (is_peer_loss(rc)) fail_peer(Errc::peer_failed, peer, fi_message(op + " to " + rank, rc));
   fail(Errc::transport, fi_message(op + " to " + rank, rc));
@@ -181,6 +181,7 @@ void OfiTransport::flush() {
   std::lock_guard lock(mutex_);
   std::string failures;
   std::string silent;
+  size_t silent_count = 0;
   int failed_peer = -1;
   int silent_peer = -1;
   for (size_t p = 0; p < ranks; ++p) {
@@ -191,14 +192,15 @@ void OfiTransport::flush() {
     }
     if (first[p].outstanding != 0) {
       silent += (silent.empty() ? "" : ", ") + std::to_string(p);
+      ++silent_count;
       if (silent_peer < 0) silent_peer = static_cast<int>(p);
     }
   }
   if (!failures.empty()) fail_peer(Errc::peer_failed, failed_peer, "ofi: flush: " + failures);
   if (!done)
-    fail_peer(Errc::timeout, silent_peer, "ofi: flush: rank(s) " + silent + " did not complete writes within " +
-                            std::to_string(options_.timeout.count()) +
-                            " ms (PCOLL_TIMEOUT_MS); is their progress engine running?");
+    fail_peer(Errc::timeout, silent_peer, "ofi: flush: " + ranks_word(silent_count) + silent + " did not complete writes within " +
+                            timeout_text(options_.timeout) +
+                            "; is their progress engine running?");
 }
 
 }  // namespace pcoll::transport::ofi

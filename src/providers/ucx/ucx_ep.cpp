@@ -174,19 +174,21 @@ void UcxTransport::wire_up(std::unique_lock<std::mutex>& lock) {
     const bool finished = core_->wait_loop->wait(lock, settled, deadline, WaitKind::operation,
                                                  std::chrono::microseconds(200));
     std::string late;
+    size_t late_count = 0;
     int first_late = -1;
     for (const auto& p : core_->peers) {
       core_->check_peer(*p);
       if (const char* what = missing(*p, phase)) {
         if (first_late < 0) first_late = p->rank;
         late += (late.empty() ? "" : ", ") + std::to_string(p->rank) + " (" + what + ")";
+        ++late_count;
       }
     }
     if (!finished || first_late >= 0)
       fail_peer(Errc::timeout, first_late,
-                "ucx: connect: rank(s) " + late + " did not connect within " +
-                    std::to_string(core_->options.timeout.count()) +
-                    " ms (PCOLL_TIMEOUT_MS): every rank must call connect(), with the same "
+                "ucx: connect: " + ranks_word(late_count) + late + " did not connect within " +
+                    timeout_text(core_->options.timeout) +
+                    ": every rank must call connect(), with the same "
                     "PCOLL_PROVIDER; is that rank alive?");
   };
   auto settle_flushes = [&] {
