@@ -79,7 +79,7 @@ double ms_since(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
 
-// The first rank a message names ("rank N", "rank(s) N", "ranks N, M"), or -1.
+// The first rank a message names ("rank N", "ranks N, M"; "rank(s) N" as older messages had it), or -1.
 int named_rank(const std::string& message) {
   static const std::regex pattern("\\brank(?:s|\\(s\\))? (\\d+)");
   std::smatch m;
@@ -445,7 +445,7 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
                "                    --phase init|create|sync|solo|majority|flush|destroy\n"
                "                    --survivors run|test|compute\n"
                "                    [--provider ofi:shm|ofi:tcp|ucx:shm|ucx:tcp|default] [--ranks P]\n"
-               "                    [--timeout-ms T] [--verbose] [--stacks DIR]\n",
+               "                    [--timeout-ms T] [--repeat N] [--verbose] [--stacks DIR]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -459,6 +459,7 @@ int main(int argc, char** argv) {
   }
   Cell cell;
   bool verbose = false;
+  int repeat = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -471,6 +472,7 @@ int main(int argc, char** argv) {
     else if (arg == "--provider") cell.provider = value();
     else if (arg == "--ranks") cell.ranks = std::atoi(value().c_str());
     else if (arg == "--timeout-ms") cell.timeout_ms = std::atoi(value().c_str());
+    else if (arg == "--repeat") repeat = std::atoi(value().c_str());
     else if (arg == "--verbose") verbose = true;
     else if (arg == "--stacks") g_stacks_dir = value();
     else usage("unknown argument '" + arg + "'");
@@ -482,5 +484,15 @@ int main(int argc, char** argv) {
     usage("--provider '" + cell.provider + "' is not one the matrix covers");
   if (cell.ranks < 3 || cell.ranks > 16) usage("--ranks must be 3 to 16 (a victim and two survivors at least)");
   if (cell.timeout_ms < 200 || cell.timeout_ms > 60000) usage("--timeout-ms must be 200 to 60000");
-  return run_cell(cell, argv[0], verbose);
+  if (repeat < 1 || repeat > 1000) usage("--repeat must be 1 to 1000");
+  // A cell that fails intermittently (a race with the victim's death) is run several times:
+  // the first failed run decides.
+  for (int run = 1; run <= repeat; ++run) {
+    const int status = run_cell(cell, argv[0], verbose);
+    if (status != 0) {
+      if (repeat > 1) std::fprintf(stderr, "fault_matrix: run %d of %d failed\n", run, repeat);
+      return status;
+    }
+  }
+  return 0;
 }

@@ -48,27 +48,6 @@ void default_to(ucp_config_t* config, const char* name, const char* value) {
   if (!std::getenv(env_name.c_str())) modify(config, name, value);
 }
 
-// The value UCP will use for UCX_<name> (environment, ucx.conf or default), as UCP prints
-// it; empty if it prints none.
-std::string effective_value(const ucp_config_t* config, const char* name) {
-  char* text = nullptr;
-  size_t bytes = 0;
-  FILE* stream = open_memstream(&text, &bytes);
-  if (stream == nullptr) return {};
-  ucp_config_print(config, stream, nullptr, UCS_CONFIG_PRINT_CONFIG);
-  std::fclose(stream);
-  const std::string printed(text, bytes);
-  std::free(text);
-  const std::string wanted = std::string("UCX_") + name + "=";
-  for (size_t at = 0; at < printed.size();) {
-    const size_t end = std::min(printed.find('\n', at), printed.size());
-    if (printed.compare(at, wanted.size(), wanted) == 0)
-      return printed.substr(at + wanted.size(), end - at - wanted.size());
-    at = end + 1;
-  }
-  return {};
-}
-
 }  // namespace
 
 [[noreturn]] void fail_status(Errc code, const std::string& what, ucs_status_t status) {
@@ -105,10 +84,9 @@ void UcxCore::create_context() {
 
   if (vc.tls) modify(config.get(), "TLS", vc.tls);
   mailbox_wanted = vc.mailbox;
-  // UCP's default (v1) protocols run a put over tcp as active-message fragments on the
-  // endpoint's active-message lane, ahead of any later message there (ucx_rma.cpp). The
-  // v2 protocols (UCX_PROTO_ENABLE=y) choose lanes otherwise: keep the flush there.
-  put_then_message_ordered = variant == "tcp" && effective_value(config.get(), "PROTO_ENABLE") == "n";
+  // tcp gives UCP no remote memory access: a put would be UCP's own software protocol
+  // (ucx_rma.cpp says why write_notify avoids it).
+  software_rma = variant == "tcp";
   if (const auto rank = settings::raw("PCOLL_TEST_UCX_UNMAPPED_RANK"))
     unmapped_rank = static_cast<int>(settings::parse_unsigned("PCOLL_TEST_UCX_UNMAPPED_RANK", *rank));
   // The NIC closest to this process (hwloc) or PCOLL_NIC, unless the user set UCX_NET_DEVICES.

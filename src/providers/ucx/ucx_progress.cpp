@@ -85,6 +85,10 @@ unsigned UcxCore::progress_locked() {
     send_deferred_notifies();
     ++events;
   }
+  if (!deferred_atomic_replies_.empty()) {
+    send_deferred_atomic_replies();
+    ++events;
+  }
   if (events > 0) ++activity_seq_;
   // Wake the sleeper only if what it waits for may now hold: a notification waiter does not
   // care about unrelated completions.

@@ -7,27 +7,29 @@
 // put-with-immediate. Up to kEagerNotifyBytes, one eager active message carries the
 // target address, the value and the bytes: the target's handler copies the bytes into the
 // registered region and queues the value only after that, so a value is never seen before
-// its bytes, and each value is queued exactly once by construction. Larger writes are a
-// ucp_put_nbx and then the value as an active message, with what must come between them
-// decided per transport:
-//   - ucx:tcp, UCP's default (v1) protocols: nothing. tcp gives UCP no RMA lane, so UCP
-//     1.13 runs the put as active-message fragments on the endpoint's active-message lane
-//     ("rma_am(tcp/...)" in its endpoint configuration), each copied into place by the
-//     target's handler as it arrives; the value's message goes out on that same lane
-//     after them. UCT's tcp endpoint keeps one byte stream per connection and a send that
-//     finds its buffer busy waits in the endpoint's pending queue behind the earlier ones
-//     (that queue only holds requests while the buffer is busy), so the target handles
-//     the fragments before the value. No round trip.
-//   - everything else: a non-blocking endpoint flush whose completion (remote completion
-//     of the put) sends the value: one round trip, nearly free on shm (puts there complete
-//     in place). ucp_worker_fence would not do: in UCX 1.13 it calls uct_iface_fence on
-//     each interface, which orders operations within one UCT interface (a CPU fence on
-//     shared memory, a fenced work request on rc), not a put on one lane against a message
-//     on another, nor requests UCP still holds. An active message whose data the target
-//     fetches by rendezvous is correct everywhere but costs the same round trip (the
-//     target asks for the data) and makes the data wait for the target's progress.
+// its bytes, and each value is queued exactly once by construction. Larger writes depend on
+// the transport:
+//   - ucx:tcp: the same active message, sent with UCP_AM_SEND_FLAG_EAGER, so UCP fragments
+//     it on the endpoint's byte stream and hands on_write_notify the whole message (the
+//     target copies it out of UCP's reassembly buffer). A put would cost no less here: tcp
+//     gives UCP no RMA lane, so UCP 1.13 runs a put as its own active-message fragments,
+//     which the target answers with a completion message. UCX aborts the target process
+//     when that answer goes to a peer whose endpoint has failed (`ucp_request_try_send`
+//     treats the send error as fatal), which a survivor ran into when a peer died with
+//     puts on the wire (docs/reliability.md). Eager fragments need no answer, and a
+//     rendezvous would bring back a protocol with one.
+//   - everything else: a ucp_put_nbx, then a non-blocking endpoint flush whose completion
+//     (remote completion of the put) sends the value: one round trip, nearly free on shm
+//     (puts there complete in place). ucp_worker_fence would not do: in UCX 1.13 it calls
+//     uct_iface_fence on each interface, which orders operations within one UCT interface
+//     (a CPU fence on shared memory, a fenced work request on rc), not a put on one lane
+//     against a message on another, nor requests UCP still holds. An active message whose
+//     data the target fetches by rendezvous is correct everywhere but costs the same round
+//     trip (the target asks for the data) and makes the data wait for the target's
+//     progress.
 // The target must progress to see notifications, which pcoll's progress engine does anyway.
-// Plain write() stays a true one-sided put (shm: no target involvement).
+// Plain write() stays a put (shm: no target involvement; on ucx:tcp UCP's software put,
+// which only tools and tests use: the engine writes with write_notify alone).
 //
 // flush() flushes an endpoint only if puts went to it since the last flush that covered them:
 // on tcp a UCT endpoint flush is a request/ack round trip the peer must progress, even when
@@ -240,20 +242,16 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
     return;
   }
   ++p.paths.by_message;
-  if (bytes > kEagerNotifyBytes && core_->put_then_message_ordered) {
-    // tcp: the put's fragments and the value travel in order on one connection (see the
-    // design note above), so the value follows at once. Not counted in puts_posted: the
-    // notification itself shows the bytes landed, and flush() need not ask the peer.
-    SendOp* put_op = core_->acquire_send_op(p.rank);
-    const ucp_request_param_t put_param = send_param(put_op);
-    post_send(lock, p, put_op,
-              ucp_put_nbx(p.ep, source, bytes, d.address() + dst_offset, d.rkey(), &put_param),
-              "write_notify");
+  if (bytes > kEagerNotifyBytes && core_->software_rma) {
+    // tcp: the bytes travel in the notification's own message, which UCP sends eagerly in
+    // fragments and hands to on_write_notify whole (see the design note above).
     SendOp* op = core_->acquire_send_op(p.rank);
-    op->header[0] = value;
-    const ucp_request_param_t param = send_param(op);
+    op->header = {d.address() + dst_offset, value};
+    ucp_request_param_t param = send_param(op);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
     post_send(lock, p, op,
-              ucp_am_send_nbx(p.ep, am_notify, op->header.data(), sizeof(uint64_t), nullptr, 0, &param),
+              ucp_am_send_nbx(p.ep, am_write_notify, op->header.data(), sizeof op->header, source, bytes, &param),
               "write_notify");
     return;
   }
@@ -376,11 +374,13 @@ void UcxTransport::flush_within(std::chrono::milliseconds timeout) {
       deadline, WaitKind::operation, std::chrono::microseconds(200));
 
   std::string late;
+  size_t late_count = 0;
   int first_late = -1;
   for (Pending& e : pending) {
     Peer& p = *e.peer;
     if (!settled(e)) {
       if (first_late < 0) first_late = p.rank;
+      ++late_count;
       late += (late.empty() ? "" : ", ") + std::to_string(p.rank) + " (" +
               std::to_string(p.sends_in_flight) + " sends in flight" +
               (e.op && !e.op->done ? ", endpoint flush pending)" : ")");
@@ -392,8 +392,9 @@ void UcxTransport::flush_within(std::chrono::milliseconds timeout) {
   }
   if (!finished)
     fail_peer(Errc::timeout, first_late,
-              "ucx: flush: rank(s) " + late + " did not complete within " +
-                  std::to_string(timeout.count()) + " ms (PCOLL_TIMEOUT_MS)");
+              "ucx: flush: " + ranks_word(late_count) + late + " did not complete within " +
+                  (timeout == core_->options.timeout ? timeout_text(timeout)
+                                                     : std::to_string(timeout.count()) + " ms"));
   for (Peer* p : failed) core_->check_peer(*p);
   for (const Pending& e : pending) {
     core_->check_peer(*e.peer);

@@ -67,7 +67,22 @@ enum AmId : unsigned {
                            // data: the sender's mailbox key blob, or nothing
   am_kick = 0x34,          // no header, no data: wakes a receiver asleep on its mailbox
   am_ready = 0x35,         // connect, second phase. header: uint64 sender rank; no data
+  am_atomic = 0x36,        // ucx:tcp atomics (ucx_atomic.cpp). header: AtomicRequest; no data
+  am_atomic_reply = 0x37,  // header: uint64 request id, uint64 old value; no data
 };
+
+// An atomic that the target runs in its am_atomic handler and answers with am_atomic_reply
+// (ucx:tcp, where UCP would run it in software with an answer UCX may abort on).
+enum class AtomicKind : uint64_t { add = 1, compare_swap = 2, swap = 3 };
+struct AtomicRequest {
+  uint64_t kind;     // AtomicKind
+  uint64_t sender;   // rank the reply goes to
+  uint64_t id;       // the sender's request id
+  uint64_t address;  // of an 8-byte-aligned word in one of the target's regions
+  uint64_t operand;  // add: addend; compare_swap: expected; swap: new value
+  uint64_t desired;  // compare_swap: the new value; otherwise 0
+};
+
 
 // The key blob around a packed rkey (envelope and its validation: ucx_key.hpp).
 Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t length,
@@ -218,10 +233,9 @@ class UcxCore : private WaitLoop::Hooks {
   // The selector lets same-host peers use the mailbox (every one but ucx:tcp, whose suites
   // test what they name).
   bool mailbox_wanted = false;
-  // A put followed by an active message to the same peer reaches the target in that order,
-  // so a large write_notify needs no endpoint flush between them (ucx:tcp with UCP's
-  // default protocols; ucx_rma.cpp says why).
-  bool put_then_message_ordered = false;
+  // ucx:tcp: UCP has no RMA lane and would run a put in software, so a large write_notify
+  // carries its bytes in its own active message instead (ucx_rma.cpp says why).
+  bool software_rma = false;
   // PCOLL_TEST_UCX_UNMAPPED_RANK: this rank and its peers do not map each other's memory,
   // as if it ran on another host; -1: unset.
   int unmapped_rank = -1;
@@ -253,6 +267,19 @@ class UcxCore : private WaitLoop::Hooks {
   // on the endpoint being progressed (UCX asserts on its arbiter). Lock held.
   void defer_notify(SendOp* op) { deferred_notifies_.push_back(op); }
   void send_deferred_notifies();
+
+  // ucx:tcp atomics (ucx_atomic.cpp). Requests of ours awaiting their reply, by id (an op
+  // whose waiter gave up stays in abandoned_ops until its reply comes); and replies of ours,
+  // queued by the am_atomic handler and sent once progress has returned, like notifications
+  // above. Lock held.
+  uint64_t next_atomic_id = 1;
+  std::map<uint64_t, BlockingOp*> atomics_awaited;
+  void defer_atomic_reply(int rank, uint64_t id, uint64_t old_value) {
+    deferred_atomic_replies_.push_back({rank, id, old_value});
+  }
+  void send_deferred_atomic_replies();
+  void run_atomic_request(const AtomicRequest& request);
+  void take_atomic_reply(uint64_t id, uint64_t old_value);
 
   // Send-op pool and completion bookkeeping (lock held).
   SendOp* acquire_send_op(int peer);
@@ -302,6 +329,12 @@ class UcxCore : private WaitLoop::Hooks {
 
   std::vector<SendOp*> free_send_ops_;
   std::vector<SendOp*> deferred_notifies_;
+  struct AtomicReply {
+    int rank;
+    uint64_t id;
+    uint64_t old_value;
+  };
+  std::vector<AtomicReply> deferred_atomic_replies_;
   struct EarlyHello {
     int rank;
     uint64_t job_size;
@@ -408,9 +441,14 @@ class UcxTransport final : public Transport {
   // Posts one atomic and waits for it (lock held by the caller's scope inside).
   uint64_t atomic(const RemoteRegion& dst, size_t offset, ucp_atomic_op_t opcode,
                   uint64_t operand, uint64_t reply_in, const char* what);
+  // ucx:tcp: the same as an am_atomic request and its reply.
+  uint64_t atomic_by_message(const UcxRemoteRegion& dst, size_t offset, AtomicKind kind,
+                             uint64_t operand, uint64_t desired, const char* what);
   // Waits for a blocking op posted under `lock`; throws timeout / peer_failed naming `peer`.
   void await(std::unique_lock<std::mutex>& lock, ucs_status_ptr_t request, BlockingOp& op,
              std::unique_ptr<BlockingOp>& owner, int peer, const std::string& what);
+  void await_done(std::unique_lock<std::mutex>& lock, BlockingOp& op,
+                  std::unique_ptr<BlockingOp>& owner, int peer, const std::string& what);
   void post_send(std::unique_lock<std::mutex>& lock, Peer& peer, SendOp* op,
                  ucs_status_ptr_t request, const char* what);
   // A notification (with `count` bytes for `target` / `target_address`, see Mailbox::send)

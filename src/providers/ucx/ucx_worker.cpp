@@ -120,6 +120,37 @@ ucs_status_t on_write_notify(void* arg, const void* header, size_t header_bytes,
   return UCS_OK;
 }
 
+// An atomic request (ucx:tcp, ucx_atomic.cpp): run here, answered after progress returns.
+ucs_status_t on_atomic(void* arg, const void* header, size_t header_bytes, void*, size_t data_bytes,
+                       const ucp_am_recv_param_t*) {
+  auto* core = static_cast<UcxCore*>(arg);
+  AtomicRequest request{};
+  if (header_bytes != sizeof request || data_bytes != 0) {
+    core->defer_delivery_error(Error(Errc::protocol, "ucx: a malformed atomic request arrived (" +
+                                                         std::to_string(header_bytes) + " header bytes, " +
+                                                         std::to_string(data_bytes) + " data bytes)"));
+    return UCS_OK;
+  }
+  std::memcpy(&request, header, sizeof request);
+  core->run_atomic_request(request);
+  return UCS_OK;
+}
+
+ucs_status_t on_atomic_reply(void* arg, const void* header, size_t header_bytes, void*, size_t data_bytes,
+                             const ucp_am_recv_param_t*) {
+  auto* core = static_cast<UcxCore*>(arg);
+  std::array<uint64_t, 2> fields{};
+  if (header_bytes != sizeof fields || data_bytes != 0) {
+    core->defer_delivery_error(Error(Errc::protocol, "ucx: a malformed atomic reply arrived (" +
+                                                         std::to_string(header_bytes) + " header bytes, " +
+                                                         std::to_string(data_bytes) + " data bytes)"));
+    return UCS_OK;
+  }
+  std::memcpy(fields.data(), header, sizeof fields);
+  core->take_atomic_reply(fields[0], fields[1]);
+  return UCS_OK;
+}
+
 void set_handler(ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t callback,
                  UcxCore* core) {
   ucp_am_handler_param_t param{};
@@ -162,6 +193,8 @@ void UcxCore::create_worker() {
   set_handler(worker.get(), am_hello, on_hello, this);
   set_handler(worker.get(), am_kick, on_kick, this);
   set_handler(worker.get(), am_ready, on_ready, this);
+  set_handler(worker.get(), am_atomic, on_atomic, this);
+  set_handler(worker.get(), am_atomic_reply, on_atomic_reply, this);
 }
 
 }  // namespace pcoll::transport::ucx
