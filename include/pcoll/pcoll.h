@@ -101,7 +101,9 @@ PCOLL_API int pcoll_allreduce_run(pcoll_allreduce_t *h, const void *sendbuf, voi
 PCOLL_API int pcoll_allreduce_flush(pcoll_allreduce_t *h, void *recvbuf, pcoll_round_info_t *info);
 /* Collective. Always frees the handle, whatever it returns: an outstanding round is waited
  * for first, then every rank's writes into the handle's memory are fenced before it is
- * released; on a failed communicator it is released at once (the error is returned). */
+ * released. On a failed communicator nothing is waited for (the error is returned) and the
+ * memory stays registered until pcoll_finalize, for peers that have not yet heard of the
+ * failure. */
 PCOLL_API int pcoll_allreduce_destroy(pcoll_allreduce_t *h);
 
 PCOLL_API const char *pcoll_strerror(int status); /* 0 is success; errors are non-zero */

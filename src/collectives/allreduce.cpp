@@ -99,7 +99,8 @@ std::string describe(const Signature& s) {
 }  // namespace
 
 Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config, const std::string& invalid_argument_here)
-    : comm_(comm), transport_(comm.transport()), codec_(comm.codec()), config_(config) {
+    : comm_(comm), transport_(comm.transport()), codec_(comm.codec()), config_(config),
+      region_(nullptr, RegionRelease{&comm}) {
   rank_ = comm.rank();
   size_ = comm.size();
   // Everything that can fail on one rank alone is settled before the collective part and
@@ -193,8 +194,15 @@ Allreduce::Allreduce(Comm& comm, const AllreduceConfig& config, const std::strin
   }
   try {
     peers_.resize(size_);
-    for (int r = 0; r < size_; ++r)
+    for (int r = 0; r < size_; ++r) {
+      // A failure known here may be a peer that has left, its memory gone: UCX 1.13 crashes
+      // unpacking the key of shared memory that no longer exists (docs/reliability.md). A
+      // leaving rank waits until every survivor has heard of the failure, so checking before
+      // each import leaves no key of a departed rank to unpack but in a window of
+      // microseconds.
+      comm.check_failed();
       peers_[r] = transport_.import_region(r, std::span<const std::byte>(all[r]).subspan(kDescriptionBytes));
+    }
   } catch (const Error& e) {
     // The peers go on with a handle this rank cannot serve: fail the communicator so that
     // they hear of it instead of waiting for this rank's data.
@@ -265,7 +273,7 @@ void Allreduce::prepare() {
     counter_words_ = (static_cast<size_t>(config.opts.max_lag) + 2 + static_cast<size_t>(size_) - 1) /
                      static_cast<size_t>(size_);
   }
-  region_ = transport_.allocate(work_bytes_ + landing_bytes_ + counter_words_ * sizeof(uint64_t));
+  region_.reset(transport_.allocate(work_bytes_ + landing_bytes_ + counter_words_ * sizeof(uint64_t)).release());
   // Room to hand a result over in place (recvbuf == sendbuf) a piece at a time.
   scratch_.resize(acc_bytes(std::min(config.count, kScratchElems)));
 
@@ -288,6 +296,11 @@ void Allreduce::prepare() {
   if (!config.trace_dir.empty()) trace_ = std::make_unique<RoundTrace>(config.trace_dir, config.trace_clock_skew_ns);
   stats_.registered_bytes = region_->bytes().size();
   stats_.memory_bytes = stats_.registered_bytes + scratch_.size();
+}
+
+void Allreduce::RegionRelease::operator()(transport::LocalRegion* region) const {
+  std::unique_ptr<transport::LocalRegion> owned(region);
+  if (comm != nullptr) comm->release_region(std::move(owned));
 }
 
 Allreduce::~Allreduce() {
@@ -1037,7 +1050,8 @@ void Allreduce::destroy() {
   // The contract (pcoll.h): destroy always frees the handle. A round still outstanding is
   // waited for first (its peers need this rank's part); then every rank's writes into
   // this handle's memory are fenced by a barrier before the memory is deregistered. On a
-  // failed communicator there is nobody to wait for: the memory is released at once.
+  // failed communicator there is nobody to wait for: the memory stays registered until
+  // pcoll_finalize (Comm::release_region).
   if (comm_.failed()) return;
   bool outstanding = false;
   {

@@ -176,7 +176,13 @@ class Allreduce {
   std::vector<int> send_step_of_tag_;  // [tag]: index in plan_.steps of the step sending it, -1
   size_t work_bytes_ = 0;
   size_t landing_bytes_ = 0;
-  std::unique_ptr<transport::LocalRegion> region_;  // work buffer, then the landing pool
+  // Work buffer, then the landing pool; handed to Comm::release_region when it goes, also
+  // when the constructor throws.
+  struct RegionRelease {
+    Comm* comm = nullptr;
+    void operator()(transport::LocalRegion* region) const;
+  };
+  std::unique_ptr<transport::LocalRegion, RegionRelease> region_;
   std::vector<std::unique_ptr<transport::RemoteRegion>> peers_;
 
   WorkHolds work_holds_ = WorkHolds::carry;

@@ -458,6 +458,12 @@ void Comm::linger_after_failure() {
   }
 }
 
+void Comm::release_region(std::unique_ptr<transport::LocalRegion> region) {
+  if (!region || !failed()) return;
+  std::lock_guard lock(engine_mutex_);
+  kept_regions_.push_back(std::move(region));
+}
+
 void Comm::check_failed() const {
   if (!failed_.load(std::memory_order_acquire)) return;
   std::lock_guard lock(failure_mutex_);

@@ -105,6 +105,12 @@ class Comm {
                                 std::optional<int> culprit = std::nullopt);
   // Throws the failure, if any.
   void check_failed() const;
+  // A handle's registered memory, as the handle goes (engine lock not held): freed, unless
+  // the communicator has failed. Then it is kept until the communicator is destroyed,
+  // after linger_after_failure: peers that have not heard of the failure yet may still
+  // import its key (UCX 1.13 crashes unpacking the key of shared memory that is gone) or
+  // write into it.
+  void release_region(std::unique_ptr<transport::LocalRegion> region);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   // Sleeps (engine lock held by `lock`, released while asleep) until the progress thread
@@ -184,6 +190,9 @@ class Comm {
   void linger_after_failure();
 
   std::unique_ptr<Agreement> agreement_;
+  // Handle memory kept after its handle went, on a failed communicator (release_region);
+  // destroyed before the transport. Engine lock.
+  std::vector<std::unique_ptr<transport::LocalRegion>> kept_regions_;
   std::unique_ptr<transport::ProgressDriver> driver_;  // last: stops first
 };
 
