@@ -546,25 +546,42 @@ TEST_CASE("bad selectors and udp are refused with a message") {
         std::string::npos);
 }
 
-TEST_CASE("an unresponsive target gives Errc::timeout naming the rank") {
-  // A second transport per rank whose owner never progresses it (no driver, no polls on
-  // the target side). Only meaningful where the target must progress. The word is memory
-  // the caller registered, not allocate()d: under plain ucx a peer on this host maps
-  // allocate()d memory and its atomics are CPU atomics there, needing nobody's progress.
-  // It outlives the transport, whose last progress may still apply the timed-out atomic.
-  if (world->size < 2 || !tp().capabilities().target_progress || !has_atomics()) return;
-  std::vector<std::byte> word(64);
+namespace {
+
+// A second transport per rank whose owner never progresses it (no driver, no polls on the
+// target side), with a 300 ms timeout and `memory` registered on it; on rank 0 also rank
+// 1's region. The memory is the caller's, not allocate()d: under plain ucx a peer on this
+// host maps allocate()d memory, and writes and atomics there need nobody's progress. It
+// outlives the transport, whose last progress may still apply a timed-out operation.
+struct QuietTransport {
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<LocalRegion> region;
+  std::unique_ptr<RemoteRegion> rank1;  // rank 0 only
+};
+
+QuietTransport quiet_transport(std::span<std::byte> memory) {
   pcoll::transport::Options options;
   options.timeout = 300ms;
-  auto quiet = pcoll::providers::create(tp().capabilities().name, options);
-  connect(*quiet);
-  auto region = quiet->register_memory(word);
-  const auto keys = world->boot->allgather(region->remote_key());
+  QuietTransport quiet;
+  quiet.transport = pcoll::providers::create(tp().capabilities().name, options);
+  connect(*quiet.transport);
+  quiet.region = quiet.transport->register_memory(memory);
+  const auto keys = world->boot->allgather(quiet.region->remote_key());
+  if (world->rank == 0) quiet.rank1 = quiet.transport->import_region(1, keys[1]);
+  return quiet;
+}
+
+}  // namespace
+
+TEST_CASE("an unresponsive target gives Errc::timeout naming the rank") {
+  // Only meaningful where the target must progress.
+  if (world->size < 2 || !tp().capabilities().target_progress || !has_atomics()) return;
+  std::vector<std::byte> word(64);
+  auto quiet = quiet_transport(word);
   if (world->rank == 0) {
-    auto target = quiet->import_region(1, keys[1]);
     const auto start = Clock::now();
     try {
-      quiet->fetch_add(*target, 0, 1);
+      quiet.transport->fetch_add(*quiet.rank1, 0, 1);
       FAIL("fetch_add on a rank that never progresses completed");
     } catch (const Error& e) {
       CHECK(e.code() == Errc::timeout);
@@ -581,18 +598,12 @@ TEST_CASE("an unresponsive target gives Errc::timeout naming the rank") {
 TEST_CASE("a flush towards an unresponsive target gives Errc::timeout naming the rank") {
   if (world->size < 2 || !tp().capabilities().target_progress) return;
   std::vector<std::byte> buffer(1 << 20);
-  pcoll::transport::Options options;
-  options.timeout = 300ms;
-  auto quiet = pcoll::providers::create(tp().capabilities().name, options);
-  connect(*quiet);
-  auto region = quiet->register_memory(buffer);
-  const auto keys = world->boot->allgather(region->remote_key());
+  auto quiet = quiet_transport(buffer);
   if (world->rank == 0) {
-    auto target = quiet->import_region(1, keys[1]);
     try {
       // The write itself may time out already (ofi:tcp: its transmit queue stays full).
-      quiet->write(*region, 0, *target, 0, buffer.size() / 2);
-      quiet->flush();
+      quiet.transport->write(*quiet.region, 0, *quiet.rank1, 0, buffer.size() / 2);
+      quiet.transport->flush();
       MESSAGE("flush completed without the target's progress: nothing to check here");
     } catch (const Error& e) {
       CHECK(e.code() == Errc::timeout);

@@ -1,7 +1,6 @@
 // UCX provider entry point: maps the selector variant ("", "shm", "tcp") to a UCP
 // configuration, creates the UCP context and fills in the capabilities.
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 

@@ -242,20 +242,7 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
     return;
   }
   ++p.paths.by_message;
-  if (bytes > kEagerNotifyBytes && core_->software_rma) {
-    // tcp: the bytes travel in the notification's own message, which UCP sends eagerly in
-    // fragments and hands to on_write_notify whole (see the design note above).
-    SendOp* op = core_->acquire_send_op(p.rank);
-    op->header = {d.address() + dst_offset, value};
-    ucp_request_param_t param = send_param(op);
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_EAGER;
-    post_send(lock, p, op,
-              ucp_am_send_nbx(p.ep, am_write_notify, op->header.data(), sizeof op->header, source, bytes, &param),
-              "write_notify");
-    return;
-  }
-  if (bytes > kEagerNotifyBytes) {
+  if (bytes > kEagerNotifyBytes && !core_->software_rma) {
     SendOp* put_op = core_->acquire_send_op(p.rank);
     const ucp_request_param_t put_param = send_param(put_op);
     post_send(lock, p, put_op,
@@ -287,15 +274,20 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
               "write_notify");
     return;
   }
+  // One eager active message with the bytes (see the design note above): up to
+  // kEagerNotifyBytes copied first, so the caller may reuse its buffer at once; larger ones
+  // (ucx:tcp) sent from it, which UCP fragments and hands to on_write_notify whole.
   SendOp* op = core_->acquire_send_op(p.rank);
   op->header = {d.address() + dst_offset, value};
-  std::memcpy(op->inline_bytes.data(), source, bytes);  // caller may reuse its buffer at once
+  if (bytes <= kEagerNotifyBytes) {
+    std::memcpy(op->inline_bytes.data(), source, bytes);
+    source = op->inline_bytes.data();
+  }
   ucp_request_param_t param = send_param(op);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER;
   post_send(lock, p, op,
-            ucp_am_send_nbx(p.ep, am_write_notify, op->header.data(), sizeof op->header,
-                            op->inline_bytes.data(), bytes, &param),
+            ucp_am_send_nbx(p.ep, am_write_notify, op->header.data(), sizeof op->header, source, bytes, &param),
             "write_notify");
 }
 

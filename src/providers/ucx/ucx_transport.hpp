@@ -83,7 +83,6 @@ struct AtomicRequest {
   uint64_t desired;  // compare_swap: the new value; otherwise 0
 };
 
-
 // The key blob around a packed rkey (envelope and its validation: ucx_key.hpp).
 Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t length,
                uint64_t origin);

@@ -11,14 +11,19 @@ namespace pcoll::transport::ucx {
 
 namespace {
 
+// A message with the wrong header or data size: a delivery error for the next poll().
+void report_malformed(UcxCore* core, const char* what, size_t header_bytes, size_t data_bytes) {
+  core->defer_delivery_error(Error(Errc::protocol, std::string("ucx: a malformed ") + what + " arrived (" +
+                                                       std::to_string(header_bytes) + " header bytes, " +
+                                                       std::to_string(data_bytes) + " data bytes)"));
+}
+
 // notify(): the header is the value.
 ucs_status_t on_notify(void* arg, const void* header, size_t header_bytes, void*,
                        size_t data_bytes, const ucp_am_recv_param_t*) {
   auto* core = static_cast<UcxCore*>(arg);
   if (header_bytes != sizeof(uint64_t) || data_bytes != 0) {
-    core->defer_delivery_error(Error(Errc::protocol, "ucx: a malformed notification arrived (" +
-                                                         std::to_string(header_bytes) + " header bytes, " +
-                                                         std::to_string(data_bytes) + " data bytes)"));
+    report_malformed(core, "notification", header_bytes, data_bytes);
     return UCS_OK;
   }
   uint64_t value = 0;
@@ -126,9 +131,7 @@ ucs_status_t on_atomic(void* arg, const void* header, size_t header_bytes, void*
   auto* core = static_cast<UcxCore*>(arg);
   AtomicRequest request{};
   if (header_bytes != sizeof request || data_bytes != 0) {
-    core->defer_delivery_error(Error(Errc::protocol, "ucx: a malformed atomic request arrived (" +
-                                                         std::to_string(header_bytes) + " header bytes, " +
-                                                         std::to_string(data_bytes) + " data bytes)"));
+    report_malformed(core, "atomic request", header_bytes, data_bytes);
     return UCS_OK;
   }
   std::memcpy(&request, header, sizeof request);
@@ -141,9 +144,7 @@ ucs_status_t on_atomic_reply(void* arg, const void* header, size_t header_bytes,
   auto* core = static_cast<UcxCore*>(arg);
   std::array<uint64_t, 2> fields{};
   if (header_bytes != sizeof fields || data_bytes != 0) {
-    core->defer_delivery_error(Error(Errc::protocol, "ucx: a malformed atomic reply arrived (" +
-                                                         std::to_string(header_bytes) + " header bytes, " +
-                                                         std::to_string(data_bytes) + " data bytes)"));
+    report_malformed(core, "atomic reply", header_bytes, data_bytes);
     return UCS_OK;
   }
   std::memcpy(fields.data(), header, sizeof fields);
