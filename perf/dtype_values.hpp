@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 
 namespace pcoll::perf {
 

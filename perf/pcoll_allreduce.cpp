@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "dtype_values.hpp"
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 #include "perf_error.hpp"
 #include "perf_job.hpp"
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "imbalance_model.hpp"
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 #include "perf_error.hpp"
 #include "perf_job.hpp"
 

@@ -25,14 +25,14 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap.hpp"
-#include "error.hpp"
+#include <bootstrap/bootstrap.hpp>
+#include <support/error.hpp>
 #include "perf_job.hpp"
-#include "progress_driver.hpp"
-#include "registry.hpp"
-#include "rendezvous.hpp"
-#include "settings.hpp"
-#include "transport.hpp"
+#include <registry/registry.hpp>
+#include <support/settings.hpp>
+#include <transport/progress_driver.hpp>
+#include <transport/rendezvous.hpp>
+#include <transport/transport.hpp>
 
 namespace {
 

@@ -2,7 +2,7 @@
 // 64 well-mixed bits, with no state, so every rank (and every mode of one run) computes the
 // same schedule without communicating. splitmix64's finaliser, chained over the three
 // inputs. This is the definition of the schedules that docs/performance.md reports: it must
-// not change. It is the same function as the library's majority draw (src/support/hash.hpp);
+// not change. It is the same function as the library's majority draw (lib/support/include/support/hash.hpp);
 // tests/unit/test_imbalance_schedule.cpp checks both that and the schedules themselves.
 #pragma once
 

@@ -10,7 +10,7 @@
 #include "perf_error.hpp"
 
 #if PCOLL_PERF_MPI
-#include "pcoll/mpi.h"
+#include <pcoll/mpi.h>
 #endif
 
 namespace pcoll::perf {

@@ -9,7 +9,7 @@
 #include <span>
 #include <string>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 
 namespace pcoll::perf {
 

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 
 namespace py = pybind11;
 

@@ -16,18 +16,18 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
-#include "pcoll_config.h"
-#include "registry.hpp"
-#include "selection.hpp"
-#include "settings.hpp"
-#include "topology.hpp"
-#include "transport.hpp"
+#include <bootstrap/selection.hpp>
+#include <registry/registry.hpp>
+#include <support/error.hpp>
+#include <support/pcoll_config.h>
+#include <support/settings.hpp>
+#include <support/topology.hpp>
+#include <transport/transport.hpp>
 
 
 namespace {
 
-// Every selector of every provider in the registry (src/providers/registry.cpp), the
+// Every selector of every provider in the registry (providers/registry/registry.cpp), the
 // "best of" ones (plain "ofi", "ucx") left out: they would repeat a named one.
 std::vector<std::string> registry_selectors() {
   std::vector<std::string> selectors;

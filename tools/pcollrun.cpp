@@ -2,7 +2,7 @@
 //
 //   pcollrun -n N [--provider P] [--timeout-ms T] [--tag-output] prog args...
 //
-// Hosts the bootstrap store (src/bootstrap) on 127.0.0.1 with a fresh job key,
+// Hosts the bootstrap store (lib/bootstrap) on 127.0.0.1 with a fresh job key,
 // starts N ranks with PCOLL_RANK/SIZE/ROOT/JOB_KEY, forwards their output line by line,
 // and if one rank fails (non-zero exit or signal) terminates the others and returns that
 // rank's exit code (128+signal for a signal). SIGINT/SIGTERM/SIGHUP to pcollrun are
@@ -27,11 +27,11 @@
 #include <utility>
 #include <vector>
 
-#include "env.hpp"
-#include "error.hpp"
-#include "fd.hpp"
-#include "settings.hpp"
-#include "tcp_store.hpp"
+#include <bootstrap/tcp_store.hpp>
+#include <support/env.hpp>
+#include <support/error.hpp>
+#include <support/fd.hpp>
+#include <support/settings.hpp>
 
 extern char** environ;
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 
 namespace pcoll {
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 
 namespace {
 

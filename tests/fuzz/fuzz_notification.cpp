@@ -1,4 +1,4 @@
-// libFuzzer target: notification decoding (src/collectives/notification.hpp), both widths.
+// libFuzzer target: notification decoding (lib/collectives/include/collectives/notification.hpp), both widths.
 // Any value may arrive from a peer; decode must yield fields in range for the width that
 // encode back to the same notice, and widening must recover any round or sequence within
 // half its window of the reference. The round classification Allreduce::on_data makes of
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "notification.hpp"
+#include <collectives/notification.hpp>
 
 using namespace pcoll;
 

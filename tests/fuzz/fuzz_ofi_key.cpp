@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <span>
 
-#include "error.hpp"
-#include "ofi_key.hpp"
+#include <ofi/ofi_key.hpp>
+#include <support/error.hpp>
 
 using namespace pcoll::transport::ofi;
 

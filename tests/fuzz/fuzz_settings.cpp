@@ -1,4 +1,4 @@
-// libFuzzer target: the settings parsers (src/support/settings.hpp) on arbitrary text. The
+// libFuzzer target: the settings parsers (lib/support/include/support/settings.hpp) on arbitrary text. The
 // text becomes the value of every PCOLL_* variable of the table and each is read as its
 // reader would (effective(), get_choice, parse_unsigned); a value is either accepted within
 // the setting's range or choices, or refused with Error(invalid_argument).
@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "env.hpp"
-#include "error.hpp"
-#include "settings.hpp"
+#include <support/env.hpp>
+#include <support/error.hpp>
+#include <support/settings.hpp>
 
 using namespace pcoll;
 

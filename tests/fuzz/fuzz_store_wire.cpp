@@ -1,4 +1,4 @@
-// libFuzzer target: the TCP store's wire parsers (src/bootstrap/store_wire.hpp) on arbitrary
+// libFuzzer target: the TCP store's wire parsers (lib/bootstrap/include/bootstrap/store_wire.hpp) on arbitrary
 // bytes. Every parser must either return something inside its input or throw
 // Error(Errc::protocol); AddressSanitizer catches any read past the input.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <span>
 
-#include "store_wire.hpp"
+#include <bootstrap/store_wire.hpp>
 
 namespace wire = pcoll::bootstrap::wire;
 

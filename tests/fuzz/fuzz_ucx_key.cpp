@@ -8,8 +8,8 @@
 #include <cstring>
 #include <span>
 
-#include "error.hpp"
-#include "ucx_key.hpp"
+#include <support/error.hpp>
+#include <ucx/ucx_key.hpp>
 
 using namespace pcoll::transport::ucx;
 

@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap.hpp"
-#include "error.hpp"
-#include "settings.hpp"
+#include <bootstrap/bootstrap.hpp>
+#include <support/error.hpp>
+#include <support/settings.hpp>
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 
 namespace collective_rules {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "collective_rules.hpp"
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 
 namespace {
 

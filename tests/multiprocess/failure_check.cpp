@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 #include "subprocess.hpp"
 
 namespace {

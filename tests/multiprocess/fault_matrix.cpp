@@ -41,7 +41,7 @@
 #include <thread>
 #include <vector>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 #include "subprocess.hpp"
 
 namespace {

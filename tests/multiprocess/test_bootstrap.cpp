@@ -1,4 +1,4 @@
-// Rules of the TCP store bootstrap (src/bootstrap), checked with real
+// Rules of the TCP store bootstrap (lib/bootstrap), checked with real
 // processes: ranks are tests/bootstrap_rank, started through pcollrun or with the manual
 // PCOLL_* environment (rank 0 hosting the store). Every process runs under a deadline.
 #include <doctest/doctest.h>
@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "pcoll_config.h"
+#include <support/pcoll_config.h>
 #include "subprocess.hpp"
 
 namespace {

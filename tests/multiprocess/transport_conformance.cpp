@@ -1,4 +1,4 @@
-// Transport conformance suite: the rules of src/transport/transport.hpp, checked across real
+// Transport conformance suite: the rules of lib/transport/include/transport/transport.hpp, checked across real
 // processes. One program, every rank runs every case in the same order:
 //
 //   pcollrun -n 2..4 tests/transport_conformance          (PCOLL_PROVIDER picks the provider)
@@ -27,13 +27,13 @@
 
 #include <unistd.h>
 
-#include "bootstrap.hpp"
-#include "error.hpp"
-#include "progress_driver.hpp"
-#include "registry.hpp"
-#include "rendezvous.hpp"
-#include "settings.hpp"
-#include "transport.hpp"
+#include <bootstrap/bootstrap.hpp>
+#include <registry/registry.hpp>
+#include <support/error.hpp>
+#include <support/settings.hpp>
+#include <transport/progress_driver.hpp>
+#include <transport/rendezvous.hpp>
+#include <transport/transport.hpp>
 
 using namespace std::chrono_literals;
 using pcoll::Errc;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "collective_rules.hpp"
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 #include "thread_ranks.hpp"
 
 namespace {

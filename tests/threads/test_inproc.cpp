@@ -1,5 +1,5 @@
-// The in-process bootstrap and provider (src/bootstrap/inproc_store.cpp,
-// src/providers/inproc/), checked against their contracts, and several communicators in one
+// The in-process bootstrap and provider (lib/bootstrap/inproc_store.cpp,
+// providers/inproc/), checked against their contracts, and several communicators in one
 // process (ranks as threads) checked for process-wide state they must not share. The
 // provider's cases use a few transports driven from one thread where the order of events
 // must be exact, and threads where blocking and contention are the point.
@@ -21,13 +21,13 @@
 #include <thread>
 #include <vector>
 
-#include "error.hpp"
-#include "inproc_store.hpp"
-#include "log.hpp"
-#include "pcoll/pcoll.h"
-#include "registry.hpp"
+#include <bootstrap/inproc_store.hpp>
+#include <pcoll/pcoll.h>
+#include <registry/registry.hpp>
+#include <support/error.hpp>
+#include <support/log.hpp>
 #include "thread_ranks.hpp"
-#include "transport.hpp"
+#include <transport/transport.hpp>
 
 using namespace std::chrono_literals;
 using pcoll::Errc;

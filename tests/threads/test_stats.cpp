@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "pcoll/pcoll.h"
-#include "pcoll/pcoll.hpp"
+#include <pcoll/pcoll.h>
+#include <pcoll/pcoll.hpp>
 #include "thread_ranks.hpp"
 
 namespace {

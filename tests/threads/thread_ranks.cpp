@@ -1,5 +1,5 @@
 // Ranks as threads (thread_ranks.hpp): the in-process bootstrap handed to the C API as the
-// callbacks of include/pcoll/private_bootstrap.h, one thread per rank.
+// callbacks of include/pcoll/private.h, one thread per rank.
 #include "thread_ranks.hpp"
 
 #include <pthread.h>
@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap.hpp"
-#include "settings.hpp"
-#include "error.hpp"
-#include "inproc_store.hpp"
-#include "pcoll/private_bootstrap.h"
+#include <bootstrap/bootstrap.hpp>
+#include <bootstrap/inproc_store.hpp>
+#include <pcoll/private.h>
+#include <support/error.hpp>
+#include <support/settings.hpp>
 
 namespace thread_ranks {
 namespace {

@@ -1,12 +1,12 @@
 // Ranks as threads: one job of P ranks run as P threads of this process, each with its own
 // communicator made by pcoll_private_init_with_bootstrap over the in-process bootstrap
-// (src/bootstrap/inproc_store.hpp) and the provider PCOLL_PROVIDER names. The programs of
+// (lib/bootstrap/include/bootstrap/inproc_store.hpp) and the provider PCOLL_PROVIDER names. The programs of
 // tests/threads set PCOLL_PROVIDER=inproc unless it is already set (use_inproc_provider).
 #pragma once
 
 #include <functional>
 
-#include "pcoll/pcoll.h"
+#include <pcoll/pcoll.h>
 
 namespace thread_ranks {
 

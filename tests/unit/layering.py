@@ -1,144 +1,159 @@
-"""The layering, checked against the build itself: every source file of a layer is compiled
-with the include directories of that layer and the layers below it only (read from
-compile_commands.json), and every quoted #include in it names a header that one of those
-layers holds. A backwards include therefore cannot compile, and a meson.build that widens
-a layer's include path fails here.
+"""The layering, checked against the build itself.
 
-A quoted #include names its header alone ("error.hpp"), never with a path
-("../support/error.hpp", "support/error.hpp"): a path resolves against the including file's
-folder or the source root, not the layers' include directories, so it would get past both
-the include directories and the check above. Every file under src/ (headers too) and every
-other source checked above is held to this; the only exception is PATH_EXCEPTIONS."""
+The layers and the layers each may use are declared once, in the top-level meson.build
+(`layer_table`, read from there). A layer is a
+folder whose headers sit in include/<name>/, so that every project header is included by a
+path naming its layer (<transport/transport.hpp>); `pcoll` is include/pcoll, the public
+headers. From that table and the folders this checks that:
+
+- every source of a layer is compiled with the include directories of that layer and of the
+  layers it may use (directly or through them) only, read from compile_commands.json: a
+  meson.build that widens a layer's include path fails here;
+- every #include of a project header in a layer (sources and headers, built or not) names a
+  layer it may use, with angle brackets and a layer path: a quoted or relative include could
+  resolve against the including file's folder and step around the include directories;
+- each layer's include/ holds only include/<name>/;
+- the table itself points the way the folders say: nothing in providers/ uses a lib/ layer
+  above lib/transport (providers never know what a round is), and no lib/ layer but lib/api
+  uses providers/ (the collectives name no provider);
+- the perf tools that measure what users get are compiled against the public API alone."""
 import json
 import os
 import re
 import sys
 
-# Layer -> the layers (source folders) whose headers it may include.
-ALLOWED = {
-    "src/support": {"src/support"},
-    "src/transport": {"src/transport", "src/support"},
-    "src/providers/ofi": {"src/providers/ofi", "src/transport", "src/support"},
-    "src/providers/ucx": {"src/providers/ucx", "src/transport", "src/support"},
-    "src/providers/inproc": {"src/providers/inproc", "src/transport", "src/support"},
-    "src/providers/fault": {"src/providers/fault", "src/transport", "src/support"},
-    "src/providers/routed": {"src/providers/routed", "src/transport", "src/support"},
-    "src/providers": {"src/providers", "src/providers/ofi", "src/providers/ucx", "src/providers/inproc",
-                      "src/providers/fault", "src/providers/routed",
-                      "src/transport", "src/support"},
-    "src/bootstrap": {"src/bootstrap", "src/support"},
-    "src/collectives": {"src/collectives", "src/transport", "src/bootstrap", "src/support", "include"},
-    "src/api": {"src/api", "src/collectives", "src/providers", "src/providers/ofi", "src/providers/ucx",
-                "src/providers/inproc", "src/providers/fault", "src/providers/routed", "src/transport",
-                "src/bootstrap", "src/support", "include"},
-    "src/bootstrap/mpi": {"src/bootstrap/mpi", "include"},
-    # The perf tools that measure what users get use the public API only, as an
-    # application would (pcoll_pingpong measures the transport below it and is not listed).
-    "perf/pcoll_allreduce.cpp": {"include"},
-    "perf/pcoll_imbalance.cpp": {"include"},
-    "perf/perf_job.cpp": {"include"},
-    "perf/perf_args.cpp": {"include"},
-    "perf/imbalance_model.cpp": {"include"},
-    # The fuzz targets (tests/fuzz, built only with -Dfuzz=true; scripts/fuzz.sh runs this
-    # check on its build) see the layer whose parser they fuzz and what that layer sees.
-    "tests/fuzz/fuzz_settings.cpp": {"src/support"},
-    "tests/fuzz/fuzz_store_wire.cpp": {"src/bootstrap", "src/support"},
-    "tests/fuzz/fuzz_ofi_key.cpp": {"src/providers/ofi", "src/support"},
-    "tests/fuzz/fuzz_ucx_key.cpp": {"src/providers/ucx", "src/support"},
-    "tests/fuzz/fuzz_notification.cpp": {"src/collectives", "src/transport", "src/bootstrap", "src/support",
-                                         "include"},
-}
+# Programs that reach pcoll through pcoll.h only, as an application does (pcoll_pingpong
+# measures the transport below the API and is not listed).
+PUBLIC_ONLY = ["perf/pcoll_allreduce.cpp", "perf/pcoll_imbalance.cpp", "perf/perf_job.cpp",
+               "perf/perf_args.cpp", "perf/imbalance_model.cpp"]
+# The lib/ layers a provider may use.
+PROVIDER_BASE = {"lib/support", "lib/transport"}
 
-# Quoted includes that may carry a path: the public headers, which live in include/pcoll/ and
-# are included as "pcoll/<header>" through include/ (the layers allowed "include" above).
-PATH_EXCEPTIONS = re.compile(r"pcoll/[^/]+")
-
-INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"')
+INCLUDE = re.compile(r'\s*#\s*include\s*([<"])([^">]+)[">]')
 
 
-def quoted_includes(path):
-    """(line number, name) of every quoted #include in the file."""
+def includes(path):
+    """(line number, bracket, name) of every #include in the file."""
     with open(path, errors="replace") as f:
         for number, line in enumerate(f, 1):
             m = INCLUDE.match(line)
             if m:
-                yield number, m.group(1)
+                yield number, m.group(1), m.group(2)
 
 
-def path_error(path, source_root, number, name):
-    """The message for a quoted include with a path in it, or None."""
-    if "/" not in name and ".." not in name:
-        return None
-    if PATH_EXCEPTIONS.fullmatch(name) and ".." not in name:
-        return None
-    return (f'{os.path.relpath(path, source_root)}:{number} includes "{name}" with a path: name the '
-            f"header alone, found through its layer's include directory")
+ROW = re.compile(r"\[\s*'(\w+)'\s*,\s*'([\w/]+)'\s*,\s*\[([^\]]*)\]\s*\]")
 
 
-def layer_of(path, source_root):
-    rel = os.path.relpath(path, source_root)
-    best = None
-    for layer in ALLOWED:
-        if rel == layer or rel.startswith(layer + "/"):
-            if best is None or len(layer) > len(best):
-                best = layer
-    return best
+def parse_graph(source_root):
+    """The rows of meson.build's layer_table: name -> folder and the layers it uses."""
+    with open(os.path.join(source_root, "meson.build")) as f:
+        text = f.read()
+    table = re.search(r"layer_table\s*=\s*\[(.*?)\n\]", text, re.S)
+    if table is None:
+        sys.exit("layering: no layer_table in meson.build")
+    layers = {"pcoll": {"folder": "include", "uses": []}}
+    for name, folder, uses in ROW.findall(table.group(1)):
+        layers[name] = {"folder": folder, "uses": re.findall(r"'(\w+)'", uses)}
+    return layers
+
+
+def closure(layers, name):
+    seen, todo = set(), [name]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in layers:
+            continue
+        seen.add(n)
+        todo.extend(layers[n]["uses"])
+    return seen
 
 
 def main():
     build_dir, source_root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    layers = parse_graph(source_root)
+    errors = []
+    rel = lambda p: os.path.relpath(p, source_root)
+    # Include directory (relative to the source or build root) -> layer.
+    include_dirs = {("include" if n == "pcoll" else os.path.join(l["folder"], "include")): n
+                    for n, l in layers.items()}
+    for name, layer in layers.items():
+        if name == "pcoll":
+            continue
+        inc = os.path.join(source_root, layer["folder"], "include")
+        entries = sorted(os.listdir(inc)) if os.path.isdir(inc) else []
+        if entries != [name]:
+            errors.append(f"{layer['folder']}/include holds {entries or 'nothing'}; it must hold only {name}/")
+        for used in layer["uses"]:
+            used_folder = layers.get(used, {}).get("folder", "")
+            if layer["folder"].startswith("providers/") and used_folder.startswith("lib/") and used_folder not in PROVIDER_BASE:
+                errors.append(f"layer {name} ({layer['folder']}) uses {used} ({used_folder}): providers see lib/support "
+                              f"and lib/transport only")
+            if (layer["folder"].startswith("lib/") and layer["folder"] != "lib/api"
+                    and used_folder.startswith("providers/")):
+                errors.append(f"layer {name} ({layer['folder']}) uses {used} ({used_folder}): only lib/api sees providers")
+
+    def layer_of(path):
+        r = rel(path)
+        best = None
+        for n, l in layers.items():
+            if n != "pcoll" and (r == l["folder"] or r.startswith(l["folder"] + "/")):
+                if best is None or len(l["folder"]) > len(layers[best]["folder"]):
+                    best = n
+        return best
+
+    def check_includes(path, allowed, who):
+        for number, bracket, name in includes(path):
+            head = name.split("/", 1)[0]
+            project = head in layers and "/" in name
+            if bracket == '"' or ".." in name:
+                bare = os.path.basename(name)
+                known = any(os.path.isfile(os.path.join(source_root, d, name)) or
+                            any(os.path.isfile(os.path.join(source_root, d, h, bare)) for h in layers)
+                            for d in include_dirs)
+                if project or known or ".." in name:
+                    errors.append(f"{rel(path)}:{number} includes \"{name}\": include a layer's header as "
+                                  f"<layer/header> through its include directory")
+                continue
+            if project and head not in allowed:
+                errors.append(f"{rel(path)}:{number} ({who}) includes <{name}> of layer {head}, which it may not use")
+
     with open(os.path.join(build_dir, "compile_commands.json")) as f:
         commands = json.load(f)
-    headers = {}  # header file name -> layer folder
-    for layer in ALLOWED:
-        folder = os.path.join(source_root, layer)
-        if not os.path.isdir(folder):
-            continue  # a single file held to a layer's rules
-        for name in os.listdir(folder):
-            if name.endswith((".hpp", ".h")):
-                headers[name] = layer
-    errors = []
     checked = 0
-    scanned = set()  # sources whose includes were read
+    scanned = set()
     for entry in commands:
         source = os.path.normpath(os.path.join(entry["directory"], entry["file"]))
-        layer = layer_of(source, source_root)
-        if layer is None:
+        name = layer_of(source)
+        public_only = rel(source) in PUBLIC_ONLY
+        if name is None and not public_only:
             continue
+        allowed = closure(layers, name) if name else {"pcoll"}
+        who = f"layer {name}" if name else "public API only"
         checked += 1
-        allowed = ALLOWED[layer]
         for flag in re.findall(r"-I(\S+)", entry["command"]):
-            inc = os.path.normpath(os.path.join(entry["directory"], flag))
+            path = os.path.normpath(os.path.join(entry["directory"], flag))
             for root in (source_root, build_dir):
-                rel = os.path.relpath(inc, root)
-                if rel.startswith("src") or rel == "include":
-                    if rel not in allowed and not rel.endswith(".p"):
-                        errors.append(f"{os.path.relpath(source, source_root)} ({layer}) is compiled with -I{rel}")
+                r = os.path.relpath(path, root)
+                if r.startswith(("lib", "providers", "include")) and not r.endswith(".p"):
+                    owner = include_dirs.get(r)
+                    if owner not in allowed:
+                        errors.append(f"{rel(source)} ({who}) is compiled with -I{r}")
         scanned.add(source)
-        for number, name in quoted_includes(source):
-            error = path_error(source, source_root, number, name)
-            if error is not None:
-                errors.append(error)
-                continue
-            owner = "include" if name.startswith("pcoll/") else headers.get(name)
-            if owner is not None and owner not in allowed:
-                errors.append(f"{os.path.relpath(source, source_root)}:{number} ({layer}) includes {name} of {owner}")
-    # Headers, and sources this build does not compile (a disabled provider or bootstrap):
-    # no path in their quoted includes either.
-    for folder, _, names in os.walk(os.path.join(source_root, "src")):
-        for file_name in sorted(names):
-            path = os.path.join(folder, file_name)
-            if not file_name.endswith((".cpp", ".hpp", ".h", ".c")) or path in scanned:
-                continue
-            for number, name in quoted_includes(path):
-                error = path_error(path, source_root, number, name)
-                if error is not None:
-                    errors.append(error)
+        check_includes(source, allowed, who)
+    # Headers, and sources this build does not compile (a disabled provider or bootstrap).
+    for name, layer in layers.items():
+        if name == "pcoll":
+            continue
+        for folder, _, names in os.walk(os.path.join(source_root, layer["folder"])):
+            for file_name in sorted(names):
+                path = os.path.join(folder, file_name)
+                if file_name.endswith((".cpp", ".hpp", ".h", ".c")) and path not in scanned and layer_of(path) == name:
+                    check_includes(path, closure(layers, name), f"layer {name}")
     if checked < 20:
         errors.append(f"only {checked} layer sources found in compile_commands.json: is this the right build?")
     for e in errors:
         print("layering:", e)
-    print(f"layering: {checked} sources checked, {len(errors)} violations")
+    print(f"layering: {len(layers) - 1} layers, {checked} sources checked, {len(errors)} violations")
     return 1 if errors else 0
 
 

@@ -1,4 +1,4 @@
-// Unit tests of the fault-injection transport (src/providers/fault): PCOLL_FAULT's grammar
+// Unit tests of the fault-injection transport (providers/fault): PCOLL_FAULT's grammar
 // and its errors, and each fault's effect on a loopback transport in this process, where
 // what arrives and in which order is known exactly.
 #include <doctest/doctest.h>
@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "error.hpp"
-#include "fault_spec.hpp"
-#include "fault_transport.hpp"
+#include <fault/fault_spec.hpp>
+#include <fault/fault_transport.hpp>
+#include <support/error.hpp>
 
 using namespace pcoll;
 using namespace pcoll::transport;

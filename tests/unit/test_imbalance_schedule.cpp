@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hash.hpp"
+#include <support/hash.hpp>
 #include "imbalance_model.hpp"
 #include "perf_hash.hpp"
 

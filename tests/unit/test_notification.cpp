@@ -1,12 +1,12 @@
-// Unit tests of the notification codec (src/collectives/notification.hpp): both layouts
+// Unit tests of the notification codec (lib/collectives/include/collectives/notification.hpp): both layouts
 // carry every field they promise, within the limits they state, and widen rounds and
 // agreement sequences around the receiver's own.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 
-#include "error.hpp"
-#include "notification.hpp"
+#include <collectives/notification.hpp>
+#include <support/error.hpp>
 
 using namespace pcoll;
 

@@ -1,4 +1,4 @@
-// The libfabric key envelope (src/providers/ofi/ofi_key): what import_region reads from a
+// The libfabric key envelope (providers/ofi/ofi_key): what import_region reads from a
 // peer's blob, and every way a blob is refused.
 #include <doctest/doctest.h>
 
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
-#include "ofi_key.hpp"
+#include <ofi/ofi_key.hpp>
+#include <support/error.hpp>
 
 using pcoll::Errc;
 using pcoll::Error;

@@ -1,4 +1,4 @@
-// What pcoll requires of a libfabric provider and promises it (src/providers/ofi/
+// What pcoll requires of a libfabric provider and promises it (providers/ofi/
 // ofi_requirements.hpp, ofi_context.hpp), checked without a NIC: fi_getinfo entries shaped
 // like those verbs;ofi_rxm, efa, cxi and psm3 report (per their fi_<provider>(7) pages) are
 // accepted or refused with the reason, and every operation context begins with an
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "ofi_context.hpp"
-#include "ofi_requirements.hpp"
+#include <ofi/ofi_context.hpp>
+#include <ofi/ofi_requirements.hpp>
 
 using namespace pcoll::transport::ofi;
 

@@ -1,4 +1,4 @@
-// Unit tests of the element types and reduction kernels (src/collectives/dtype, reduce_kernels):
+// Unit tests of the element types and reduction kernels (lib/collectives/dtype, reduce_kernels):
 // every dtype x op against a scalar reference written independently of the kernels,
 // float16 / bfloat16 conversions, and the bitwise commutativity the engine relies on.
 #include <doctest/doctest.h>
@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "dtype.hpp"
-#include "error.hpp"
-#include "reduce_kernels.hpp"
+#include <collectives/dtype.hpp>
+#include <collectives/reduce_kernels.hpp>
+#include <support/error.hpp>
 
 using namespace pcoll;
 

@@ -1,4 +1,4 @@
-// Unit tests of the routed transport (src/providers/routed): over two recording transports
+// Unit tests of the routed transport (providers/routed): over two recording transports
 // in this process, every peer's traffic goes through the transport of its place, each inner
 // transport is connected to exactly the ranks it serves, and malformed addresses and keys
 // are refused naming the rank.
@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "error.hpp"
-#include "routed_transport.hpp"
+#include <routed/routed_transport.hpp>
+#include <support/error.hpp>
 
 using namespace pcoll;
 using namespace pcoll::transport;

@@ -1,4 +1,4 @@
-// Unit tests of the reduction plans (src/collectives/reduce_plan.hpp): structure rules
+// Unit tests of the reduction plans (lib/collectives/include/collectives/reduce_plan.hpp): structure rules
 // checked on every plan, and in-memory simulations of P ranks executing their plans with
 // the real kernels, which must leave every rank with the exact (integer) or bitwise
 // identical (float) reduction. The simulations move data chunk by chunk with the plan's
@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "dtype.hpp"
-#include "error.hpp"
-#include "notification.hpp"
-#include "reduce_kernels.hpp"
-#include "reduce_plan.hpp"
+#include <collectives/dtype.hpp>
+#include <collectives/notification.hpp>
+#include <collectives/reduce_kernels.hpp>
+#include <collectives/reduce_plan.hpp>
+#include <support/error.hpp>
 
 using namespace pcoll;
 

@@ -1,4 +1,4 @@
-// The settings table's readers (src/support/settings.hpp): defaults from the table, values
+// The settings table's readers (lib/support/include/support/settings.hpp): defaults from the table, values
 // checked against their declared type with errors naming the variable, and the names the
 // table does not know. One process; each case sets and clears its own variables.
 #include <doctest/doctest.h>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "env.hpp"
-#include "error.hpp"
-#include "settings.hpp"
+#include <support/env.hpp>
+#include <support/error.hpp>
+#include <support/settings.hpp>
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-// The TCP store's wire format (src/bootstrap/store_wire.hpp): what the encoders write the
+// The TCP store's wire format (lib/bootstrap/include/bootstrap/store_wire.hpp): what the encoders write the
 // parsers read back, and malformed input -- truncated, oversized, bad magic, version or type,
 // bad key lengths -- gives a clear Errc::protocol or an invalid frame, never a crash or an
 // allocation sized by the peer.
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "error.hpp"
-#include "store_wire.hpp"
+#include <bootstrap/store_wire.hpp>
+#include <support/error.hpp>
 
 using pcoll::Errc;
 using pcoll::Error;

@@ -1,4 +1,4 @@
-// The shared wait loop (src/transport/wait_loop.hpp) over a fake provider whose fd is an
+// The shared wait loop (providers/util/include/util/wait_loop.hpp) over a fake provider whose fd is an
 // eventfd nobody signals: the wake-up rules both providers rely on, one case per rule.
 #include <doctest/doctest.h>
 
@@ -7,9 +7,9 @@
 #include <mutex>
 #include <thread>
 
-#include "error.hpp"
-#include "fd.hpp"
-#include "wait_loop.hpp"
+#include <support/error.hpp>
+#include <support/fd.hpp>
+#include <util/wait_loop.hpp>
 
 using namespace std::chrono_literals;
 using pcoll::transport::WaitKind;

@@ -1,0 +1,354 @@
+// The C API of include/pcoll/pcoll.h: argument checks, C++ exceptions turned into status
+// codes plus a per-thread message, and ownership (handles keep their communicator alive).
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <new>
+#include <string>
+
+#include <unistd.h>
+
+#include <api/foreign_bootstrap.hpp>
+#include <bootstrap/bootstrap.hpp>
+#include <collectives/allreduce.hpp>
+#include <collectives/comm.hpp>
+#include <pcoll/pcoll.h>
+#include <pcoll/private.h>
+#include <registry/registry.hpp>
+#include <support/error.hpp>
+#include <support/settings.hpp>
+
+struct pcoll_comm {
+  std::shared_ptr<pcoll::Comm> comm;
+};
+
+struct pcoll_allreduce {
+  std::shared_ptr<pcoll::Comm> comm;
+  std::unique_ptr<pcoll::Allreduce> handle;
+  pcoll::RoundInfo info;  // backs pcoll_round_info_t::fresh_mask until the next call
+  mutable pcoll::AllreduceStats stats;  // backs pcoll_allreduce_stats_t's arrays until the next call
+};
+
+namespace {
+
+thread_local std::string t_last_error;  // documented per-thread state of pcoll_last_error()
+
+int set_error(int status, const std::string& message) {
+  t_last_error = message;
+  return status;
+}
+
+// Runs `body`, mapping exceptions to a status and the thread's last error.
+template <typename Body>
+int guarded(const char* function, Body&& body) {
+  try {
+    body();
+    return PCOLL_SUCCESS;
+  } catch (const pcoll::Error& error) {
+    return set_error(static_cast<int>(error.code()), std::string(function) + ": " + error.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(PCOLL_ERR_NO_MEMORY, std::string(function) + ": out of memory");
+  } catch (const std::exception& error) {
+    return set_error(PCOLL_ERR_INTERNAL, std::string(function) + ": " + error.what());
+  }
+}
+
+void export_info(const pcoll::RoundInfo& in, pcoll_round_info_t* out) {
+  if (out == nullptr) return;
+  out->round = in.round;
+  out->initiator = in.initiator;
+  out->fresh = in.fresh;
+  out->caller_late = in.caller_late ? 1 : 0;
+  out->fresh_mask = in.fresh_mask.data();
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) pcoll::invalid_argument(message);
+}
+
+// The integer an enum argument holds. FFI callers can pass any int; loading an
+// out-of-range value through the enum type is undefined in C++, copying its bytes is not.
+template <typename Enum>
+int raw_value(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
+}  // namespace
+
+namespace pcoll {
+namespace {
+
+// pcoll_init() and pcoll_private_init_with_bootstrap(): a communicator over `boot`, its
+// transport chosen by the provider registry.
+int init_with_bootstrap(std::unique_ptr<bootstrap::Bootstrap> boot, pcoll_comm_t** comm) {
+  return guarded("pcoll_init", [&] {
+    require(comm != nullptr, "comm is NULL");
+    *comm = nullptr;
+    auto made = std::make_unique<pcoll_comm>();
+    made->comm = std::make_shared<Comm>(
+        std::move(boot), [](const transport::Options& options) { return providers::create("", options); });
+    *comm = made.release();
+  });
+}
+
+}  // namespace
+}  // namespace pcoll
+
+extern "C" {
+
+void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t* opts) {
+  if (opts == nullptr) return;
+  opts->late = PCOLL_LATE_CARRY;
+  opts->max_lag = 1;
+  opts->sync_every = 0;
+  opts->seed = 0x70636f6c6cULL;
+  opts->timeout_ms = 0;  // 0: PCOLL_TIMEOUT_MS or 30000, resolved at creation
+  opts->quorum = 0;      // 0: floor(P/2) + 1, resolved at creation
+  opts->grace_us = 0;
+}
+
+int pcoll_init(pcoll_comm_t** comm) {
+  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
+  const int status = guarded("pcoll_init", [&] {
+    require(comm != nullptr, "comm is NULL");
+    boot = pcoll::bootstrap::from_environment();
+  });
+  if (status != PCOLL_SUCCESS) return status;
+  return pcoll::init_with_bootstrap(std::move(boot), comm);
+}
+
+int pcoll_private_init_with_bootstrap(const pcoll_private_bootstrap_t* callbacks, pcoll_comm_t** comm) {
+  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
+  const int status = guarded("pcoll_init", [&] {
+    require(callbacks != nullptr, "bootstrap callbacks are NULL");
+    try {
+      boot = pcoll::bootstrap::make_foreign(*callbacks);
+    } catch (...) {
+      if (callbacks->destroy != nullptr) callbacks->destroy(callbacks->context);
+      throw;
+    }
+  });
+  if (status != PCOLL_SUCCESS) return status;
+  return pcoll::init_with_bootstrap(std::move(boot), comm);
+}
+
+int pcoll_private_set_error(int status, const char* message) {
+  return set_error(status, message != nullptr ? message : "");
+}
+
+int pcoll_comm_rank(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->rank(); }
+int pcoll_comm_size(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->size(); }
+
+const char* pcoll_comm_provider(const pcoll_comm_t* comm) {
+  return comm == nullptr ? "" : comm->comm->provider().c_str();
+}
+
+const char* pcoll_comm_bootstrap(const pcoll_comm_t* comm) {
+  return comm == nullptr ? "" : comm->comm->bootstrap_name().c_str();
+}
+
+int pcoll_barrier(pcoll_comm_t* comm) {
+  return guarded("pcoll_barrier", [&] {
+    require(comm != nullptr, "comm is NULL");
+    comm->comm->check_failed();
+    comm->comm->barrier(comm->comm->timeout());
+  });
+}
+
+int pcoll_finalize(pcoll_comm_t* comm) {
+  std::unique_ptr<pcoll_comm> owned(comm);
+  return guarded("pcoll_finalize", [&] {
+    require(comm != nullptr, "comm is NULL");
+    // Nobody tears down its endpoint while a peer may still be talking to it.
+    owned->comm->begin_leaving();
+    if (!owned->comm->failed()) owned->comm->barrier(owned->comm->timeout());
+    owned.reset();
+  });
+}
+
+int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
+                           pcoll_mode_t mode, const pcoll_allreduce_opts_t* opts,
+                           pcoll_allreduce_t** handle) {
+  return guarded("pcoll_allreduce_create", [&] {
+    require(comm != nullptr, "comm is NULL");
+    if (handle != nullptr) *handle = nullptr;
+    // Argument checks do not return early: the collective creation reports the first bad
+    // argument of any rank on every rank (a rank that returned alone would leave the
+    // others waiting for it).
+    std::string invalid;
+    auto check = [&](bool ok, const std::string& message) {
+      if (!ok && invalid.empty()) invalid = message;
+    };
+    check(handle != nullptr, "handle is NULL");
+    const int raw_mode = raw_value(mode);
+    check(raw_mode >= PCOLL_MODE_SYNC && raw_mode <= PCOLL_MODE_QUORUM,
+          "mode " + std::to_string(raw_mode) +
+              " is not PCOLL_MODE_SYNC, PCOLL_MODE_SOLO, PCOLL_MODE_MAJORITY or PCOLL_MODE_QUORUM");
+    const int raw_dtype = raw_value(dtype);
+    check(raw_dtype >= PCOLL_FLOAT32 && raw_dtype <= PCOLL_FLOAT16,
+          "dtype " + std::to_string(raw_dtype) + " is not a pcoll_dtype_t (PCOLL_FLOAT32 .. PCOLL_FLOAT16)");
+    const int raw_op = raw_value(op);
+    check(raw_op >= PCOLL_OP_SUM && raw_op <= PCOLL_OP_MAX,
+          "op " + std::to_string(raw_op) + " is not PCOLL_OP_SUM, _AVG, _MIN or _MAX");
+    pcoll::AllreduceConfig config;
+    config.count = count;
+    config.dtype = invalid.empty() ? static_cast<pcoll_dtype_t>(raw_dtype) : PCOLL_FLOAT32;
+    config.op = invalid.empty() ? static_cast<pcoll_op_t>(raw_op) : PCOLL_OP_SUM;
+    config.mode = invalid.empty() ? static_cast<pcoll_mode_t>(raw_mode) : PCOLL_MODE_SYNC;
+    pcoll_allreduce_opts_init(&config.opts);
+    if (opts != nullptr) {
+      const int raw_late = raw_value(opts->late);
+      check(raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP,
+            "opts.late = " + std::to_string(raw_late) + " is not PCOLL_LATE_CARRY or PCOLL_LATE_DROP");
+      if (raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP) config.opts = *opts;
+    }
+    check(config.opts.max_lag <= 64, "opts.max_lag = " + std::to_string(config.opts.max_lag) +
+                                         " is above 64 (each unit of lag buffers one result)");
+    const int ranks = comm->comm->size();
+    if (config.mode == PCOLL_MODE_QUORUM) {
+      if (config.opts.quorum == 0) config.opts.quorum = static_cast<uint32_t>(ranks / 2 + 1);
+      check(config.opts.quorum <= static_cast<uint32_t>(ranks),
+            "opts.quorum = " + std::to_string(config.opts.quorum) + " is more than the job's " + std::to_string(ranks) +
+                " ranks (1.." + std::to_string(ranks) + ", or 0 for a majority)");
+      check(config.opts.grace_us <= 60000000u,
+            "opts.grace_us = " + std::to_string(config.opts.grace_us) + " is above 60 s");
+    } else {
+      check(config.opts.quorum == 0 && config.opts.grace_us == 0,
+            "opts.quorum = " + std::to_string(config.opts.quorum) + " and opts.grace_us = " +
+                std::to_string(config.opts.grace_us) + " are for PCOLL_MODE_QUORUM only; leave them 0");
+    }
+    check(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");
+    try {
+      if (config.opts.timeout_ms == 0)
+        config.opts.timeout_ms = static_cast<uint32_t>(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+      config.chunk_bytes = pcoll::settings::get_unsigned("PCOLL_CHUNK_BYTES");
+      config.pool_bytes = pcoll::settings::get_unsigned("PCOLL_POOL_BYTES");
+      if (config.pool_bytes < 2 * config.chunk_bytes)
+        pcoll::invalid_argument("PCOLL_POOL_BYTES=" + std::to_string(config.pool_bytes) +
+                                " holds less than two chunks of PCOLL_CHUNK_BYTES=" +
+                                std::to_string(config.chunk_bytes) + "; raise it or lower PCOLL_CHUNK_BYTES");
+      config.rd_max_bytes = pcoll::settings::get_unsigned("PCOLL_RD_MAX_BYTES");
+      if (const auto dir = pcoll::settings::get_text("PCOLL_TRACE")) {
+        std::error_code error;
+        if (!std::filesystem::is_directory(*dir, error) || ::access(dir->c_str(), W_OK) != 0)
+          pcoll::invalid_argument("PCOLL_TRACE=" + *dir + " is not a directory this process can write to; "
+                                  "create it or unset PCOLL_TRACE");
+        config.trace_dir = *dir;
+        config.trace_clock_skew_ns =
+            static_cast<int64_t>(pcoll::settings::get_unsigned("PCOLL_TEST_CLOCK_SKEW_MS")) * 1000000;
+      }
+    } catch (const pcoll::Error& e) {
+      check(false, e.what());
+    }
+    if (config.opts.timeout_ms == 0) config.opts.timeout_ms = static_cast<uint32_t>(comm->comm->timeout().count());
+    comm->comm->check_failed();
+    auto made = std::make_unique<pcoll_allreduce>();
+    made->comm = comm->comm;
+    made->handle = std::make_unique<pcoll::Allreduce>(*comm->comm, config, invalid);
+    *handle = made.release();
+  });
+}
+
+int pcoll_allreduce_start(pcoll_allreduce_t* h, const void* sendbuf, void* recvbuf) {
+  return guarded("pcoll_allreduce_start", [&] {
+    require(h != nullptr, "handle is NULL");
+    h->handle->start(sendbuf, recvbuf);
+  });
+}
+
+int pcoll_allreduce_test(pcoll_allreduce_t* h, int* done, pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_test", [&] {
+    require(h != nullptr, "handle is NULL");
+    require(done != nullptr, "done is NULL");
+    *done = h->handle->test(&h->info) ? 1 : 0;
+    if (*done) export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_wait(pcoll_allreduce_t* h, pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_wait", [&] {
+    require(h != nullptr, "handle is NULL");
+    h->handle->wait(&h->info);
+    export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_run(pcoll_allreduce_t* h, const void* sendbuf, void* recvbuf,
+                        pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_run", [&] {
+    require(h != nullptr, "handle is NULL");
+    h->handle->start(sendbuf, recvbuf);
+    h->handle->wait(&h->info);
+    export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_flush(pcoll_allreduce_t* h, void* recvbuf, pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_flush", [&] {
+    require(h != nullptr, "handle is NULL");
+    h->handle->flush(recvbuf, &h->info);
+    export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_destroy(pcoll_allreduce_t* h) {
+  std::unique_ptr<pcoll_allreduce> owned(h);
+  return guarded("pcoll_allreduce_destroy", [&] {
+    require(h != nullptr, "handle is NULL");
+    owned->handle->destroy();
+  });
+}
+
+int pcoll_allreduce_stats(const pcoll_allreduce_t* h, pcoll_allreduce_stats_t* stats) {
+  return guarded("pcoll_allreduce_stats", [&] {
+    require(h != nullptr, "handle is NULL");
+    require(stats != nullptr, "stats is NULL");
+    require(stats->size >= offsetof(pcoll_allreduce_stats_t, nranks) + sizeof(int),
+            "stats->size is " + std::to_string(stats->size) +
+                "; set it to sizeof(pcoll_allreduce_stats_t) before the call");
+    // The arrays are the handle's, like fresh_mask: valid until the next call on it.
+    auto& kept = h->stats;
+    h->handle->stats(kept);
+    pcoll_allreduce_stats_t all{};
+    all.nranks = static_cast<int>(kept.fresh_rounds.size());
+    all.rounds = kept.rounds;
+    all.flushes = kept.flushes;
+    all.flushes_carried = kept.flushes_carried;
+    all.rounds_initiated = kept.rounds_initiated;
+    all.rounds_while_computing = kept.rounds_while_computing;
+    all.blocked_ns = kept.blocked_ns;
+    all.bytes_written = kept.bytes_written;
+    all.memory_bytes = kept.memory_bytes;
+    all.registered_bytes = kept.registered_bytes;
+    all.fresh_rounds = kept.fresh_rounds.data();
+    all.late_rounds = kept.late_rounds.data();
+    all.longest_late_run = kept.longest_late_run.data();
+    all.fresh_histogram = kept.fresh_histogram.data();
+    // A caller built against an older, shorter struct gets the fields it knows.
+    all.size = std::min(stats->size, sizeof all);
+    std::memcpy(stats, &all, all.size);
+  });
+}
+
+int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t* h, uint64_t round) {
+  int initiator = -1;
+  const int status = guarded("pcoll_allreduce_majority_initiator", [&] {
+    require(h != nullptr, "handle is NULL");
+    initiator = h->handle->majority_initiator(round);
+  });
+  return status == PCOLL_SUCCESS ? initiator : -1;
+}
+
+const char* pcoll_strerror(int status) {
+  if (status < 0 || status > PCOLL_ERR_INTERNAL) return "unknown pcoll status";
+  return pcoll::errc_name(static_cast<pcoll::Errc>(status));
+}
+
+const char* pcoll_last_error(void) { return t_last_error.c_str(); }
+
+}  // extern "C"

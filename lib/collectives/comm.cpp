@@ -1,0 +1,477 @@
+// Communicator: bootstrap -> transport -> progress engine, notification routing, liveness
+// and failure propagation.
+#include <collectives/comm.hpp>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <thread>
+
+#include <collectives/allreduce.hpp>
+#include <support/error.hpp>
+#include <support/log.hpp>
+#include <support/settings.hpp>
+#include <support/topology.hpp>
+#include <transport/rendezvous.hpp>
+
+namespace pcoll {
+namespace {
+
+// PCOLL_NOTIFY_BITS against what the provider carries: auto takes 64 bits where they
+// arrive intact, else the 32-bit layout (verbs and EFA carry 4 bytes of remote CQ data).
+unsigned notification_bits(const std::string& wanted, const transport::Capabilities& caps) {
+  if (caps.notify_bits < 32)
+    fail(Errc::unsupported, "provider " + caps.name + " delivers " + std::to_string(caps.notify_bits) +
+                                "-bit notifications; pcoll needs at least 32");
+  if (wanted == "auto") return caps.notify_bits >= 64 ? 64 : 32;
+  const unsigned bits = wanted == "32" ? 32 : 64;
+  if (bits > caps.notify_bits)
+    fail(Errc::unsupported, "PCOLL_NOTIFY_BITS=" + wanted + " but provider " + caps.name + " delivers " +
+                                std::to_string(caps.notify_bits) + "-bit notifications; set PCOLL_NOTIFY_BITS=auto or 32");
+  return bits;
+}
+
+}  // namespace
+
+Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
+    : boot_(std::move(boot)) {
+  // A setup that fails leaves the job broken: the bootstrap must not then wait in a final
+  // barrier of its own, which would join the other ranks' setup collectives.
+  // Nor may the transport, torn down with it, progress towards a peer that died during
+  // setup (UCX faults there).
+  struct AbandonUnlessSetUp {
+    bootstrap::Bootstrap& boot;
+    std::unique_ptr<transport::Transport>& transport;
+    bool set_up = false;
+    ~AbandonUnlessSetUp() {
+      if (set_up) return;
+      boot.abandon();
+      if (transport) transport->abandon();
+    }
+  } setup{*boot_, transport_};
+  log::threshold();  // reject a bad PCOLL_LOG now rather than at the first message
+  rank_ = boot_->rank();
+  size_ = boot_->size();
+  bootstrap_name_ = boot_->name();
+  log::set_rank(rank_);
+  settings::warn_unknown_variables();  // a typo such as PCOLL_TIMEOUT would otherwise go unnoticed
+  const std::string notify_bits = settings::get_choice("PCOLL_NOTIFY_BITS");
+  spin_budget_ = std::chrono::microseconds(settings::get_unsigned("PCOLL_SPIN_US"));
+  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: lib/support/topology.cpp). Read
+  // (and a bad value refused) before anything is connected.
+  auto placement = topology::progress_cpu();
+
+  transport::Options options;
+  timeout_ = std::chrono::milliseconds(settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+  // A blocking transport operation (a notify into a full queue, an atomic) gives up after
+  // half the liveness timeout: a rank stuck sending to a dead peer then names that peer
+  // before its own peers, pinging it meanwhile in vain (its engine is inside the call),
+  // give up on it and blame the wrong rank.
+  options.timeout = std::max(std::chrono::milliseconds(1), timeout_ / 2);
+  // Every rank takes part whatever its PCOLL_PROVIDER (a collective cannot be skipped by
+  // some): the default provider follows the job's layout.
+  options.layout = transport::gather_layout(rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
+  transport_ = make_transport(options);
+  provider_ = transport_->capabilities().name;
+  codec_ = NoticeCodec(notification_bits(notify_bits, transport_->capabilities()));
+  if (static_cast<uint32_t>(size_) > codec_.max_ranks())
+    fail(Errc::unsupported, "a job of " + std::to_string(size_) + " ranks is more than " + codec_.describe() +
+                                " can address (provider " + provider_ + ", PCOLL_NOTIFY_BITS=" + notify_bits + ")");
+  // Every rank must speak the same layout: a rank with another PCOLL_NOTIFY_BITS, or a
+  // provider of another width, would be misread by everyone else.
+  const auto bits_byte = static_cast<std::byte>(codec_.bits());
+  const auto everyones = boot_->allgather(std::span<const std::byte>(&bits_byte, 1));
+  for (size_t r = 0; r < everyones.size(); ++r) {
+    if (everyones[r].size() != 1)
+      fail(Errc::protocol, "rank " + std::to_string(r) + " sent a malformed notification width at setup");
+    if (everyones[r][0] != bits_byte)
+      fail(Errc::mismatch, "rank " + std::to_string(r) + " uses " + std::to_string(static_cast<int>(everyones[r][0])) +
+                               "-bit notifications and rank " + std::to_string(rank_) + " " +
+                               std::to_string(codec_.bits()) +
+                               "-bit: set the same PCOLL_NOTIFY_BITS (and provider) on every rank");
+  }
+
+  // Every rank's host and process come back: the ranks sharing our host decide whether
+  // waiting ranks must yield their CPU, the ranks sharing our process (ranks as threads)
+  // whether the progress thread may be pinned.
+  const std::vector<transport::PeerPlace> places = transport::connect_all(
+      *transport_, rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
+  int local_ranks = 0;    // ranks on this host, this one included
+  int process_ranks = 0;  // ranks in this process (threads of it), this one included
+  for (const auto& place : places) {
+    if (place.host != places[rank_].host) continue;
+    ++local_ranks;
+    if (place.pid == places[rank_].pid) ++process_ranks;
+  }
+  // Ranks that are threads of one process share its cpuset: "auto" would put all their
+  // progress threads on the same CPU, and a CPU number would too.
+  if (process_ranks > 1 && placement.cpu >= 0)
+    placement = {-1, "unpinned (" + std::to_string(process_ranks) +
+                         " ranks are threads of this process; pinning would put all their progress threads on CPU " +
+                         std::to_string(placement.cpu) + ")"};
+  log::debug("progress thread: " + placement.reason);
+  // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
+  // ranks than it has CPUs (auto), always, or never. Without it, an oversubscribed waiter
+  // spins through the time slice that the rank it waits for needs.
+  const std::string yield = settings::get_choice("PCOLL_YIELD");
+  const int cpus = topology::node_cpus();
+  yield_ = yield == "always" || (yield == "auto" && local_ranks > cpus);
+  log::debug("waiters " + std::string(yield_ ? "yield" : "do not yield") + ": " +
+             std::to_string(local_ranks) + " ranks on this node, " + std::to_string(cpus) +
+             " CPUs (PCOLL_YIELD=" + yield + ")");
+
+  const auto now = Clock::now();
+  ping_sent_.assign(size_, std::nullopt);
+  knows_of_failure_.assign(static_cast<size_t>(size_), false);
+  last_pong_.assign(size_, now);
+  agreement_ = std::make_unique<Agreement>(*this);
+  driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { return progress_hook(); }, placement.cpu);
+  // Everyone connected and progressing before the first handle's traffic.
+  boot_->barrier();
+  log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+            ", provider " + provider_ + ", bootstrap " + bootstrap_name_ + ", " + codec_.describe());
+  setup.set_up = true;
+  heartbeat_on_.store(true, std::memory_order_relaxed);
+}
+
+Comm::~Comm() {
+  if (failed()) {
+    linger_after_failure();
+    // Nobody waits for the others on the way out: a stopped peer would never come.
+    boot_->abandon();
+  }
+  if (driver_) driver_->stop();
+  driver_.reset();
+}
+
+uint32_t Comm::add_handle(Allreduce* handle) {
+  uint32_t slot = 0;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.front();
+    free_slots_.pop_front();
+    ++slots_[slot].generation;
+  } else {
+    if (slots_.size() >= codec_.max_handles())
+      fail(Errc::unsupported, "a communicator can have at most " + std::to_string(codec_.max_handles()) +
+                                  " allreduce handles at once with " + codec_.describe() +
+                                  "; destroy handles it no longer uses");
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[slot].handle = handle;
+  return codec_.handle_field(slot, slots_[slot].generation);
+}
+
+void Comm::remove_handle(uint32_t id) {
+  const uint32_t slot = codec_.handle_slot(id);
+  if (slot >= slots_.size() || slots_[slot].handle == nullptr ||
+      codec_.handle_field(slot, slots_[slot].generation) != id)
+    return;
+  slots_[slot].handle = nullptr;
+  free_slots_.push_back(slot);
+}
+
+void Comm::dispatch_locked(uint64_t value) {
+  if (!codec_.fits(value))
+    fail(Errc::protocol, "a notification value with bits above the " + std::to_string(codec_.bits()) +
+                             " this job uses arrived");
+  const Notice notice = codec_.decode(value);
+  switch (notice.kind) {
+    case NoticeKind::control: {
+      const int peer = static_cast<int>(notice.rank);
+      if (peer >= size_) fail(Errc::protocol, "control message from rank " + std::to_string(peer) + " of " + std::to_string(size_));
+      if (notice.type == kControlPing) {  // answer from the engine, whatever the application does
+        transport_->notify(peer, codec_.control(kControlPong, static_cast<uint32_t>(rank_)));
+      } else if (notice.type == kControlFailureAck) {
+        knows_of_failure_[static_cast<size_t>(peer)] = true;
+      } else if (notice.type == kControlAgreement) {
+        if (agreement_ == nullptr) fail(Errc::protocol, "agreement message from rank " + std::to_string(peer) + " before setup ended");
+        agreement_->on_arrival(peer, notice.round);
+        // Hearing from the peer is as good as a pong.
+        ping_sent_[peer].reset();
+        last_pong_[peer] = Clock::now();
+      } else {
+        ping_sent_[peer].reset();
+        last_pong_[peer] = Clock::now();
+      }
+      return;
+    }
+    case NoticeKind::failure: {
+      const uint32_t culprit = notice.rank;
+      const uint32_t unknown = codec_.unknown_rank();
+      if (notice.sender >= static_cast<uint32_t>(size_) || notice.sender == static_cast<uint32_t>(rank_))
+        fail(Errc::protocol, "failure notice from rank " + std::to_string(notice.sender) + " of " + std::to_string(size_));
+      if (culprit != unknown && culprit >= static_cast<uint32_t>(size_))
+        fail(Errc::protocol, "failure notice naming rank " + std::to_string(culprit) + " of " + std::to_string(size_));
+      acknowledge_failure_locked(static_cast<int>(notice.sender));
+      mark_failed(culprit == unknown ? -1 : static_cast<int>(culprit),
+           culprit == unknown
+               ? "another rank reported a failure of the job"
+           : culprit == static_cast<uint32_t>(rank_)
+               ? "rank " + std::to_string(culprit) + " (this rank) was reported failed by another rank: its "
+                 "connection to this rank failed, or this rank did not answer it in time"
+               : "rank " + std::to_string(culprit) + " failed or stopped answering (reported by another rank)");
+      return;
+    }
+    case NoticeKind::activation:
+    case NoticeKind::data:
+    case NoticeKind::credit: {
+      const uint32_t slot = codec_.handle_slot(notice.handle);
+      if (slot >= slots_.size())
+        fail(Errc::protocol, "message for allreduce handle " + std::to_string(notice.handle) +
+                                 ", which this rank has not created (create handles in the same order on every rank)");
+      Allreduce* handle = slots_[slot].handle;
+      if (handle == nullptr || handle->id() != notice.handle) {
+        // A forwarded activation or a credit can trail a handle that every rank already
+        // destroyed.
+        log::debug("dropping a stale message for destroyed handle " + std::to_string(notice.handle));
+        return;
+      }
+      handle->on_notice(notice);
+      return;
+    }
+  }
+}
+
+void Comm::drive_locked() {
+  check_failed();
+  std::array<uint64_t, 64> values{};
+  size_t n = 0, next = 0;  // values[next, n) are not dispatched yet
+  try {
+    for (;;) {
+      n = transport_->poll(values);
+      for (next = 0; next < n;) {
+        const uint64_t value = values[next++];
+        try {
+          dispatch_locked(value);
+        } catch (const Error& error) {
+          if (!leaving_.load(std::memory_order_acquire) || error.rank() < 0 || error.rank() == rank_) throw;
+          log::debug(std::string("while leaving, passed over: ") + error.what());
+        }
+      }
+      if (n < values.size()) break;
+    }
+    // A failure notice in that batch failed the communicator: no round goes on, and no
+    // post to a peer that may have left since gets the chance to fail in its own name.
+    check_failed();
+    for (const HandleSlot& slot : slots_)
+      if (slot.handle != nullptr) slot.handle->advance_locked();
+  } catch (const Error& error) {
+    if (failed()) check_failed();  // the recorded failure, not what followed from it
+    fail_locked(error, std::span<const uint64_t>(values.data() + next, n - next));
+  }
+}
+
+void Comm::fail_locked(const Error& error, std::span<const uint64_t> undelivered,
+                       std::optional<int> culprit) {
+  // Evidence that came in before this error: failure notices (the values of the batch
+  // being dispatched, then whatever the transport holds) and, where this error is only a
+  // post that timed out on a full queue (the weakest evidence: the peer may merely have
+  // left after an earlier failure), a delivery error the transport found meanwhile. Nothing
+  // else is delivered any more (the communicator is failing), so the rest is dropped.
+  std::optional<Error> found;  // the first delivery error poll() threw
+  if (!failed()) {
+    take_failure_news_locked(undelivered);
+    std::array<uint64_t, 64> values{};
+    // poll() throws each delivery error once: a few tries get past them to the values.
+    for (int tries = 0; tries < 8 && !failed(); ++tries) {
+      try {
+        const size_t n = transport_->poll(values);
+        take_failure_news_locked(std::span<const uint64_t>(values.data(), n));
+        if (n < values.size()) break;
+      } catch (const Error& other) {
+        if (!found) found = other;
+      }
+    }
+    if (failed()) {
+      log::debug(std::string("superseded by a failure another rank reported: ") + error.what());
+      check_failed();
+    }
+    if (found && error.code() == Errc::timeout && found->rank() >= 0 && found->rank() != error.rank()) {
+      log::debug(std::string("superseded by an earlier delivery error: ") + error.what());
+      mark_failed(found->rank(), found->what());
+      throw *found;
+    }
+  } else {
+    // Already failed (a notice dispatched by this very call, another thread): this error
+    // follows from that failure, typically a post to a survivor that has left since.
+    log::debug(std::string("after the recorded failure: ") + error.what());
+    check_failed();
+  }
+  mark_failed(culprit.value_or(error.rank()), error.what());
+  throw error;
+}
+
+std::chrono::microseconds Comm::progress_hook() {
+  auto wait = std::chrono::microseconds::max();
+  {
+    std::lock_guard lock(engine_mutex_);
+    if (failed()) return wait;
+    try {
+      drive_locked();
+      // Whoever waits on a peer asks whether it is alive, even while this rank's
+      // application computes or only polls.
+      const auto now = Clock::now();
+      for (const HandleSlot& slot : slots_) {
+        if (slot.handle == nullptr) continue;
+        slot.handle->probe_locked(now);
+        if (const auto due = slot.handle->next_deadline_locked())
+          wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(*due - now));
+      }
+      heartbeat_locked(now);
+    } catch (const Error&) {
+      // Recorded by mark_failed(); the application sees it at its next call.
+    }
+  }
+  engine_moved_.notify_all();
+  return wait;
+}
+
+// Whoever waits on a peer probes it (Allreduce::probe_locked, the agreement), but a dead
+// rank can be waited on by nobody who is probing: in a sync round whose other ranks
+// compute, the one rank already waiting waits on a live partner, and the dead rank's
+// partners have not joined. So every engine also asks its ring successor whether it is
+// alive, once per probe period (a quarter of the timeout, at most a second): a dead or
+// silent rank is found by its predecessor within about the timeout whatever the
+// applications do, and the failure broadcast tells everyone. One ping per rank per period.
+void Comm::heartbeat_locked(Clock::time_point now) {
+  if (size_ < 2 || !heartbeat_on_.load(std::memory_order_relaxed)) return;
+  const int successor = (rank_ + 1) % size_;
+  // Never stricter than what the application allowed its handles.
+  std::chrono::milliseconds timeout = timeout_;
+  for (const HandleSlot& slot : slots_)
+    if (slot.handle != nullptr) timeout = std::max(timeout, slot.handle->timeout());
+  const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
+  if (!ping_sent_[successor] && now - last_pong_[successor] < period) return;
+  watch_locked(successor, timeout);
+}
+
+void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
+  const auto now = Clock::now();
+  if (!ping_sent_[peer]) {
+    ping_sent_[peer] = now;
+    try {
+      transport_->notify(peer, codec_.control(kControlPing, static_cast<uint32_t>(rank_)));
+    } catch (const Error& error) {
+      fail_locked(error, {}, error.rank() >= 0 ? error.rank() : peer);
+    }
+    return;
+  }
+  if (now - *ping_sent_[peer] > timeout) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+    mark_failed(peer, "rank " + std::to_string(peer) + " did not answer within " + std::to_string(ms) +
+                   " ms (PCOLL_TIMEOUT_MS / timeout_ms): its process or progress engine is gone");
+    check_failed();
+  }
+}
+
+void Comm::mark_failed(int culprit, const std::string& reason) {
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    failure_reason_ = reason;
+    failure_code_ = static_cast<int>(culprit >= 0 ? Errc::peer_failed : Errc::transport);
+    failure_culprit_ = culprit;
+    failed_.store(true, std::memory_order_release);
+  }
+  log::error(reason);
+  // Tell everyone else so that ranks waiting on a live peer do not wait forever.
+  const uint32_t detail = culprit >= 0 ? static_cast<uint32_t>(culprit) : codec_.unknown_rank();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || r == culprit) continue;
+    try {
+      transport_->notify(r, codec_.failure(detail, static_cast<uint32_t>(rank_)));
+    } catch (const Error&) {
+      // That peer may be gone too; the others still need to hear. Nobody waits for its
+      // acknowledgement (linger_after_failure).
+      knows_of_failure_[static_cast<size_t>(r)] = true;
+    }
+  }
+  // The culprit last, unless it owes us an answer (then it is presumably dead, and a send
+  // into its full queue could block): a provider error about it (a reset connection, a
+  // failed write) may leave it alive, and it would otherwise learn of the failure only by
+  // timing out on a partner that, failed, no longer answers.
+  if (culprit >= 0 && culprit < size_ && culprit != rank_ && !ping_sent_[static_cast<size_t>(culprit)]) {
+    try {
+      transport_->notify(culprit, codec_.failure(detail, static_cast<uint32_t>(rank_)));
+    } catch (const Error&) {
+      // Gone indeed.
+    }
+  }
+  transport_->wake();
+  engine_moved_.notify_all();
+}
+
+void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
+  for (const uint64_t value : values) {
+    const Notice notice = codec_.decode(value);
+    const bool news = notice.kind == NoticeKind::failure ||
+                      (notice.kind == NoticeKind::control && notice.type == kControlFailureAck);
+    if (!news) continue;
+    try {
+      dispatch_locked(value);
+    } catch (const Error& error) {
+      log::debug(std::string("dropped a malformed failure message: ") + error.what());
+    }
+  }
+}
+
+void Comm::acknowledge_failure_locked(int sender) {
+  knows_of_failure_[static_cast<size_t>(sender)] = true;
+  try {
+    transport_->notify(sender, codec_.control(kControlFailureAck, static_cast<uint32_t>(rank_)));
+  } catch (const Error&) {
+    // The sender is gone; it did not wait for us then.
+  }
+}
+
+// A failed rank whose application leaves at once (pcoll_finalize, exit) could take its
+// failure notices with it: a provider may still hold them (libfabric's rxm buffers a message
+// to a peer it has not connected to yet). Survivors that miss them time out on this rank
+// instead and name it, not the culprit. So the notices are acknowledged, and this rank
+// progresses until every peer but the culprit acknowledged or sent a notice of its own
+// (it knows), for at most half the timeout (the transport's) and never over 2 s.
+void Comm::linger_after_failure() {
+  const auto bound = std::min<Clock::duration>(std::max(std::chrono::milliseconds(1), timeout_ / 2),
+                                               std::chrono::seconds(2));
+  const auto until = Clock::now() + bound;
+  auto everyone_knows = [this] {
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && r != failure_culprit_ && !knows_of_failure_[static_cast<size_t>(r)]) return false;
+    return true;
+  };
+  std::array<uint64_t, 64> values{};
+  for (;;) {
+    {
+      std::lock_guard lock(engine_mutex_);
+      try {
+        for (size_t n = values.size(); n == values.size();) {
+          n = transport_->poll(values);
+          take_failure_news_locked(std::span<const uint64_t>(values.data(), n));
+        }
+      } catch (const Error&) {
+        // Errors about the failed peer are expected here; keep delivering to the others.
+      }
+      if (everyone_knows() || Clock::now() >= until) return;
+    }
+    transport_->wait(std::chrono::milliseconds(1), transport::Transport::WaitFor::notification);
+  }
+}
+
+void Comm::release_region(std::unique_ptr<transport::LocalRegion> region) {
+  if (!region || !failed()) return;
+  std::lock_guard lock(engine_mutex_);
+  kept_regions_.push_back(std::move(region));
+}
+
+void Comm::check_failed() const {
+  if (!failed_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(failure_mutex_);
+  throw Error(static_cast<Errc>(failure_code_), failure_reason_);
+}
+
+void Comm::sleep_locked(std::unique_lock<std::mutex>& lock, std::chrono::microseconds timeout) {
+  engine_moved_.wait_for(lock, timeout);
+}
+
+}  // namespace pcoll

@@ -1,0 +1,199 @@
+// The communicator: one bootstrap, one transport endpoint connected to every rank, one
+// progress engine (a thread that blocks on the transport's wait object when idle) and the
+// persistent allreduce handles created on it. It routes arriving notifications to the
+// handle they belong to and turns a dead or silent peer into an error on every rank.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <bootstrap/bootstrap.hpp>
+#include <collectives/agreement.hpp>
+#include <collectives/notification.hpp>
+#include <support/error.hpp>
+#include <transport/progress_driver.hpp>
+#include <transport/transport.hpp>
+
+namespace pcoll {
+
+class Allreduce;
+
+// Makes the communicator's transport; the API layer passes the provider registry's choice,
+// so that the collectives never name a provider.
+using TransportFactory =
+    std::function<std::unique_ptr<transport::Transport>(const transport::Options& options)>;
+
+class Comm {
+ public:
+  Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& provider() const { return provider_; }
+  // The notification layout every rank agreed on at setup (PCOLL_NOTIFY_BITS).
+  const NoticeCodec& codec() const { return codec_; }
+  const std::string& bootstrap_name() const { return bootstrap_name_; }
+  bootstrap::Bootstrap& boot() { return *boot_; }
+  transport::Transport& transport() { return *transport_; }
+
+  // Collective agreement over the transport, probing silent peers (agreement.hpp): what
+  // handle creation, destruction and barriers use instead of the bootstrap's collectives.
+  std::vector<std::vector<std::byte>> agree(std::span<const std::byte> mine, std::chrono::milliseconds timeout) {
+    return agreement_->allgather(mine, timeout);
+  }
+  // A barrier over agree(): returns once every rank has entered it.
+  void barrier(std::chrono::milliseconds timeout) { agree({}, timeout); }
+  // The communicator's default timeout (PCOLL_TIMEOUT_MS).
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Handles register themselves at creation (collective, so ids agree on every rank: every
+  // rank creates and destroys the same handles in the same order). The id is what the
+  // handle's notifications carry.
+  uint32_t add_handle(Allreduce* handle);
+  void remove_handle(uint32_t id);
+
+  // The engine lock: guards every handle's round state. Held by whichever thread (the
+  // application inside run/wait, or the progress thread) is driving the engine.
+  std::mutex& engine_mutex() { return engine_mutex_; }
+
+  // With the engine lock held: drains the transport's notifications, routes them to their
+  // handles and lets every handle advance its rounds. Throws on a failed comm.
+  void drive_locked();
+
+  // Peer liveness, called by a waiter that has heard nothing useful for a while: pings
+  // `peer` (its progress engine answers even while its application computes) and fails
+  // the communicator, naming the peer, when a ping stays unanswered for `timeout`.
+  // A slow application is not a failure; a dead process or a dead engine is.
+  void watch_locked(int peer, std::chrono::milliseconds timeout);
+
+  // pcoll_finalize calls it before its barrier, after which ranks leave one by one. Ends
+  // the heartbeat (heartbeat_locked): one that has left must not look dead to a rank still
+  // leaving. And an error about a peer that this rank's own engine hits from then on (an
+  // answer to a ping from a rank that has since closed its endpoint) is logged (debug) and
+  // passed over, the rest of the batch still dispatched, and so is a failed flush at the
+  // end of the finalize barrier (Agreement::allgather): failing the communicator there
+  // would fail this rank's finalize barrier or skip the bootstrap's final barrier. Failure
+  // notices from other ranks and unanswered pings still fail it, so a rank that dies while
+  // the others leave is still named.
+  void begin_leaving() {
+    heartbeat_on_.store(false, std::memory_order_relaxed);
+    leaving_.store(true, std::memory_order_release);
+  }
+  bool is_leaving() const { return leaving_.load(std::memory_order_acquire); }
+
+  // Marks the communicator failed (first reason wins), tells every peer, wakes waiters.
+  void mark_failed(int culprit, const std::string& reason);
+  // With the engine lock held, for an error this rank's own operation hit (a post that
+  // timed out, a failed write): fails the communicator and throws. A failure another rank
+  // already reported, sitting undelivered in `undelivered` or in the transport, is the
+  // root cause more often than this error (a survivor that left after hearing of it stops
+  // draining its queue, and a send to it then times out): that failure is recorded and
+  // thrown instead. `culprit` overrides the rank the error names.
+  [[noreturn]] void fail_locked(const Error& error, std::span<const uint64_t> undelivered = {},
+                                std::optional<int> culprit = std::nullopt);
+  // Throws the failure, if any.
+  void check_failed() const;
+  // A handle's registered memory, as the handle goes (engine lock not held): freed, unless
+  // the communicator has failed. Then it is kept until the communicator is destroyed,
+  // after linger_after_failure: peers that have not heard of the failure yet may still
+  // import its key (UCX 1.13 crashes unpacking the key of shared memory that is gone) or
+  // write into it.
+  void release_region(std::unique_ptr<transport::LocalRegion> region);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+
+  // Sleeps (engine lock held by `lock`, released while asleep) until the progress thread
+  // has moved the engine on, a failure was recorded, or `timeout` passed. Used by an
+  // application waiter once its spin budget is spent; while spinning it drives the engine
+  // itself, so a fast round pays no thread hand-off.
+  void sleep_locked(std::unique_lock<std::mutex>& lock, std::chrono::microseconds timeout);
+
+  // An application thread that spins in a wait drives the engine itself; meanwhile the
+  // progress thread is parked, so that the two do not take turns on a shared core (an MPI
+  // launcher binds each rank to one core). Counted; every hold needs its release:
+  // resume_now when the caller is about to sleep and leaves progress to the thread.
+  void hold_progress() { driver_->hold(); }
+  void release_progress(bool resume_now) { driver_->release(resume_now); }
+
+  // How long a waiting caller keeps driving the engine after it last moved, before it
+  // sleeps (PCOLL_SPIN_US).
+  std::chrono::microseconds spin_budget() const { return spin_budget_; }
+  // Whether a spinning waiter yields its CPU between polls (PCOLL_YIELD; by default when
+  // this node runs more ranks than it has CPUs).
+  bool yield_when_spinning() const { return yield_; }
+
+ private:
+  // The progress thread's work; returns how soon a handle needs the engine again by the
+  // clock alone (a quorum round's grace).
+  std::chrono::microseconds progress_hook();
+  void dispatch_locked(uint64_t value);
+  void heartbeat_locked(std::chrono::steady_clock::time_point now);
+
+  std::unique_ptr<bootstrap::Bootstrap> boot_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::string provider_;
+  std::string bootstrap_name_;
+  NoticeCodec codec_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::chrono::milliseconds timeout_{30000};
+  // Liveness per peer: when our oldest unanswered ping was sent, and when we last heard.
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::optional<Clock::time_point>> ping_sent_;
+  std::vector<Clock::time_point> last_pong_;
+  std::atomic<bool> heartbeat_on_{false};  // from the end of setup to pcoll_finalize
+  std::chrono::microseconds spin_budget_{50};
+  bool yield_ = false;
+
+  std::mutex engine_mutex_;
+  std::condition_variable engine_moved_;  // the progress thread changed the engine's state
+  // Handles by slot (NoticeCodec::handle_slot of their id). A destroyed handle's slot is
+  // reused, the one freed longest ago first, with its generation bumped: a message that
+  // trails a destroyed handle (a forwarded activation, a credit) names the old generation
+  // and is dropped instead of reaching the slot's new handle.
+  struct HandleSlot {
+    Allreduce* handle = nullptr;
+    uint32_t generation = 0;
+  };
+  std::vector<HandleSlot> slots_;
+  std::deque<uint32_t> free_slots_;
+
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> leaving_{false};
+  mutable std::mutex failure_mutex_;
+  std::string failure_reason_;
+  int failure_code_ = 0;
+  // Who knows of the failure (engine lock): peers that acknowledged our failure notice or
+  // sent us one. A failed rank lingers in its destructor until all but the culprit do.
+  int failure_culprit_ = -1;
+  std::vector<bool> knows_of_failure_;
+
+  // Engine lock held, the communicator failing or failed: dispatches the failure notices
+  // and their acknowledgements among `values` (a malformed one is logged and skipped) and
+  // drops the rest, which nothing reads any more.
+  void take_failure_news_locked(std::span<const uint64_t> values);
+  // Engine lock held: a failure notice came from `sender`; acknowledge it.
+  void acknowledge_failure_locked(int sender);
+  // In the destructor of a failed communicator: delivers our failure notices (answers
+  // theirs) until every peer but the culprit knows, or a bounded time passed.
+  void linger_after_failure();
+
+  std::unique_ptr<Agreement> agreement_;
+  // Handle memory kept after its handle went, on a failed communicator (release_region);
+  // destroyed before the transport. Engine lock.
+  std::vector<std::unique_ptr<transport::LocalRegion>> kept_regions_;
+  std::unique_ptr<transport::ProgressDriver> driver_;  // last: stops first
+};
+
+}  // namespace pcoll

@@ -1,0 +1,203 @@
+// The transport interface: the only door from the collectives to the network.
+//
+// One Transport is one endpoint of one process (rank) connected to every rank of the job.
+// Providers (providers/ofi, providers/ucx) implement it; the collectives never see a
+// libfabric or UCX type. Everything here is about bytes, peers and 64-bit values: a
+// provider never knows what a round or a handle is.
+//
+// Threading: every method may be called from any thread, concurrently (the application
+// thread and the progress thread share the transport).
+// Errors: every failure throws pcoll::Error (support/error.hpp) with a message that names
+// the peer and the operation; a dead or silent peer gives Errc::peer_failed or
+// Errc::timeout, never a hang.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pcoll::transport {
+
+using Bytes = std::vector<std::byte>;
+
+// What the provider can do, reported by Transport::capabilities() (and pcoll_info).
+struct Capabilities {
+  std::string name;                 // selector that made it: "ofi:shm", "ofi:tcp", "ucx:shm", ...
+  std::string provider;             // the underlying provider/transports: "shm", "tcp;ofi_rxm", "posix,sysv"
+  std::string domain;               // domain / device name
+  size_t inject_bytes = 0;          // writes up to this size complete locally at once
+  size_t max_write_bytes = 0;       // largest single provider write (larger writes are split)
+  size_t max_atomic_count = 0;      // largest element count of one provider atomic
+  unsigned notify_bits = 64;        // low bits of a notification value that arrive intact
+  bool target_progress = false;     // RMA/atomics aimed at this process need it to poll
+  // 64-bit remote atomics: fetch_add and compare_swap (hence swap and max, emulated where
+  // need be). Without them every atomic throws Errc::unsupported; the engine's solo,
+  // majority and sync handles use none, so they run either way.
+  bool remote_atomics = false;
+  bool native_atomic_max = false;   // max is a provider atomic (else compare-swap loop)
+  bool wait_object = false;         // wait() sleeps on a provider fd (else spin, then back off)
+  bool partial_connect = false;     // connect() accepts empty addresses (ranks it does not reach)
+};
+
+// Where the job's ranks run, learnt before any transport exists (gather_layout in
+// rendezvous.hpp); the provider registry picks its default from it.
+struct JobLayout {
+  int hosts = 0;             // distinct hosts; 0: not known (every rank is then treated alike)
+  int ranks_on_my_host = 0;  // this rank included
+  std::string host_key;      // this rank's (rendezvous.hpp: host_key)
+  // Two ranks with different host names run on one kernel (containers, network namespaces
+  // given their own host name): libraries that take one kernel for one machine, as UCX does,
+  // would try shared memory between them and fail.
+  bool hosts_share_a_kernel = false;
+};
+
+// How the notifications this process sent to one peer travelled (Transport::
+// notification_paths): stores into memory mapped from the peer (a shared-memory mailbox)
+// or provider messages. Tests read it to see which path a peer gets; a
+// provider with a single path counts nothing.
+struct NotificationPaths {
+  uint64_t by_memory = 0;
+  uint64_t by_message = 0;
+};
+
+// Per-transport settings the collectives pass down.
+struct Options {
+  // Blocking operations (atomics, flush, connect) give up after this long with
+  // Errc::timeout naming the peer. A communicator sets half of PCOLL_TIMEOUT_MS
+  // (collectives/comm.cpp says why).
+  std::chrono::milliseconds timeout{30000};
+  JobLayout layout;
+};
+
+// How provider errors quote Options::timeout: "1000 ms (half of PCOLL_TIMEOUT_MS)".
+inline std::string timeout_text(std::chrono::milliseconds timeout) {
+  return std::to_string(timeout.count()) + " ms (half of PCOLL_TIMEOUT_MS)";
+}
+// "rank " before one entry of a list of ranks, "ranks " before several.
+inline std::string ranks_word(size_t count) { return count == 1 ? "rank " : "ranks "; }
+
+// Memory of this process registered with the transport. Persistent: register once, use often.
+class LocalRegion {
+ public:
+  virtual ~LocalRegion() = default;
+  virtual std::span<std::byte> bytes() const = 0;
+  // Opaque blob (address, key, length) that peers pass to Transport::import_region().
+  virtual Bytes remote_key() const = 0;
+};
+
+// A peer's registered memory, made from its remote_key() blob. Knows its length so that
+// every access is bounds-checked on the initiator side.
+class RemoteRegion {
+ public:
+  virtual ~RemoteRegion() = default;
+  virtual int peer() const = 0;
+  virtual size_t size() const = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  virtual const Capabilities& capabilities() const = 0;
+
+  // --- Addressing: address() of every rank is gathered by the bootstrap (rank order) and
+  // handed to connect(), which inserts them all. Rank r is peer r afterwards. connect() is
+  // collective: every rank calls it, and a provider may exchange messages with every peer
+  // before returning (at most Options::timeout), so that the first operation finds its
+  // connection made. Where a provider supports it (Capabilities::partial_connect), an empty
+  // address marks a rank this transport does not reach: a routed transport gives each of
+  // its transports only the peers that transport serves. Any operation towards such a rank
+  // is Errc::invalid_argument.
+  virtual Bytes address() const = 0;
+  virtual void connect(int my_rank, std::span<const Bytes> addresses) = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // --- Memory.
+  // Provider-allocated, registered, zeroed memory (UCX maps it with UCP_MEM_MAP_ALLOCATE).
+  virtual std::unique_ptr<LocalRegion> allocate(size_t bytes) = 0;
+  // Registers memory the caller owns; it must outlive the region, and be backed by pages
+  // already (written once): some NICs pin at registration (libfabric's FI_MR_ALLOCATED).
+  virtual std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) = 0;
+  // Validates the blob (malformed blob -> Errc::protocol) and prepares access to it.
+  virtual std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) = 0;
+
+  // --- One-sided data movement. Asynchronous: the source bytes must stay unchanged until
+  // flush() returns. Out-of-range offsets (either side) throw Errc::invalid_argument.
+  virtual void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                     size_t dst_offset, size_t bytes) = 0;
+  // write() plus `value` delivered to the target's notification queue once the written
+  // bytes are visible there. bytes may be 0.
+  virtual void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                            size_t dst_offset, size_t bytes, uint64_t value) = 0;
+  // `value` alone. No ordering against earlier writes unless flush() came between.
+  virtual void notify(int peer, uint64_t value) = 0;
+  // Counts of the paths notify()/write_notify() to `peer` took so far (see
+  // NotificationPaths); all zero where the provider has one path only.
+  virtual NotificationPaths notification_paths(int /*peer*/) const { return {}; }
+
+  // --- 64-bit remote atomics on an 8-byte-aligned word. Blocking; return the old value.
+  // Where capabilities().remote_atomics is false each throws Errc::unsupported naming the
+  // provider.
+  virtual uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) = 0;
+  // Stores `desired` if the word equals `expected`; returns the old word either way.
+  virtual uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                                uint64_t desired) = 0;
+  virtual uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) = 0;
+  // Unsigned max; emulated with compare_swap where the provider has no native max.
+  virtual uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) = 0;
+
+  // Waits until every operation this process posted before the call is complete: its
+  // source bytes may be reused, a plain write's data is visible at the target, and a
+  // write_notify's data is visible there no later than its notification.
+  virtual void flush() = 0;
+
+  // --- Progress and notifications.
+  // Drives the provider (completions, target-side work for peers' RMA/atomics) and moves
+  // arrived notifications to an internal queue. Never blocks.
+  virtual void progress() = 0;
+  // progress(), then pops up to out.size() notification values. Each value written by
+  // notify()/write_notify() is returned exactly once, by exactly one poll().
+  // A delivery error found by progress (a write that completed in error, a notification
+  // that arrived damaged) is thrown by the next poll(), once, naming the peer where the
+  // provider knows it: the side waiting on that delivery would otherwise wait forever,
+  // since nothing but a later flush() would look. flush() still reports its own writes'.
+  virtual size_t poll(std::span<uint64_t> out) = 0;
+  // What wait() waits for.
+  enum class WaitFor {
+    notification,  // the notification queue is non-empty (a consumer about to poll())
+    activity,      // any provider event was progressed (a progress driver that does not
+                   // consume notifications: it must not spin on a non-empty queue)
+  };
+  // Blocks until `what` happened, wake() was called, or `timeout` passed; false on timeout.
+  // Drives progress while it waits. Sleeps on the provider's wait object where there is
+  // one; otherwise spins briefly and then backs off, so an idle waiter costs little CPU.
+  // Several threads may wait at once; notifications queued by one thread's progress()
+  // wake the others' WaitFor::notification.
+  virtual bool wait(std::chrono::microseconds timeout, WaitFor what = WaitFor::notification) = 0;
+  // Makes a concurrent or the next wait() return promptly (shutdown, new local work).
+  virtual void wake() = 0;
+  // The job failed before it was set up: the destructor must not wait for or progress
+  // towards peers (no best-effort flush). A provider without such a flush ignores it.
+  virtual void abandon() {}
+};
+
+// A provider, as the registry (providers/registry/include/registry/registry.hpp) lists it: like libfabric's
+// struct fi_provider, one descriptor per implementation instead of #if branches.
+struct ProviderDescriptor {
+  const char* family;                 // the selector's part before the colon: "ofi", "ucx"
+  const char* summary;                // one line for pcoll_info
+  std::vector<std::string> variants;  // accepted after the colon ("" alone: the best one)
+  // Makes a transport for `variant` ("" = the best this provider finds). Throws
+  // Errc::invalid_argument / Errc::unsupported naming what is missing.
+  std::unique_ptr<Transport> (*create)(const std::string& variant, const Options& options);
+};
+
+}  // namespace pcoll::transport

@@ -1,0 +1,10 @@
+// The in-process provider's entry in the provider registry (providers/registry/registry.cpp).
+#pragma once
+
+#include <transport/transport.hpp>
+
+namespace pcoll::transport::inproc {
+
+const ProviderDescriptor& descriptor();
+
+}  // namespace pcoll::transport::inproc

@@ -1,0 +1,10 @@
+// The UCX provider's entry in the provider registry (providers/registry/registry.cpp).
+#pragma once
+
+#include <transport/transport.hpp>
+
+namespace pcoll::transport::ucx {
+
+const ProviderDescriptor& descriptor();
+
+}  // namespace pcoll::transport::ucx
