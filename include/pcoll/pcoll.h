@@ -99,6 +99,13 @@ PCOLL_API int pcoll_allreduce_wait(pcoll_allreduce_t *h, pcoll_round_info_t *inf
 PCOLL_API int pcoll_allreduce_run(pcoll_allreduce_t *h, const void *sendbuf, void *recvbuf,
                         pcoll_round_info_t *info); /* start + wait */
 PCOLL_API int pcoll_allreduce_flush(pcoll_allreduce_t *h, void *recvbuf, pcoll_round_info_t *info);
+/* pcoll_allreduce_test() that first waits up to `timeout_us` microseconds for the round
+ * (0: returns at once, as test does). *done = 1 and *info filled once the round is
+ * complete; *done = 0 when the time passed first: the round stays outstanding, to be
+ * waited for again (a binding loops over short timed waits to look for signals between
+ * them). Returns 0 either way; a failure is an error as from wait. */
+PCOLL_API int pcoll_allreduce_timedwait(pcoll_allreduce_t *h, uint64_t timeout_us, int *done,
+                                        pcoll_round_info_t *info);
 /* Collective. Always frees the handle, whatever it returns: an outstanding round is waited
  * for first, then every rank's writes into the handle's memory are fenced before it is
  * released. On a failed communicator nothing is waited for (the error is returned) and the
@@ -143,6 +150,23 @@ typedef struct {
 
 /* Local, not collective; does not wait for anything but the engine lock. */
 PCOLL_API int pcoll_allreduce_stats(const pcoll_allreduce_t *h, pcoll_allreduce_stats_t *stats);
+
+/* The names tools and bindings print and accept for the enums: "float32", "float64",
+ * "int32", "int64", "bfloat16", "float16"; "sum", "avg", "min", "max"; "sync", "solo",
+ * "majority", "quorum"; "carry", "drop". NULL for a value outside the enum. */
+PCOLL_API const char *pcoll_dtype_name(pcoll_dtype_t dtype);
+PCOLL_API const char *pcoll_op_name(pcoll_op_t op);
+PCOLL_API const char *pcoll_mode_name(pcoll_mode_t mode);
+PCOLL_API const char *pcoll_late_name(pcoll_late_t late);
+/* The value named `name` (as above, case-sensitive) into *value: 0, or
+ * PCOLL_ERR_INVALID_ARGUMENT with pcoll_last_error() naming the accepted names. */
+PCOLL_API int pcoll_dtype_from_name(const char *name, pcoll_dtype_t *value);
+PCOLL_API int pcoll_op_from_name(const char *name, pcoll_op_t *value);
+PCOLL_API int pcoll_mode_from_name(const char *name, pcoll_mode_t *value);
+PCOLL_API int pcoll_late_from_name(const char *name, pcoll_late_t *value);
+/* Bytes per element of `dtype` as the caller stores it (2 for the 16-bit types); 0 for a
+ * value outside the enum. */
+PCOLL_API size_t pcoll_dtype_size(pcoll_dtype_t dtype);
 
 #ifdef __cplusplus
 }

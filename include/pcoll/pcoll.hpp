@@ -4,15 +4,17 @@
 // Header-only, so it adds no C++ ABI to the library.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <pcoll/pcoll.h>
+#include "pcoll/pcoll.h"
 
 namespace pcoll {
 
@@ -167,6 +169,16 @@ class allreduce {
   round_info wait() {
     pcoll_round_info_t info;
     detail::check(pcoll_allreduce_wait(handle_.get(), &info));
+    return detail::copy_info(info, size_);
+  }
+  // Waits up to `timeout` for the outstanding round: its info once complete, nullopt when
+  // the time passed first (the round stays outstanding). A zero timeout only tests.
+  std::optional<round_info> wait_for(std::chrono::microseconds timeout) {
+    pcoll_round_info_t info;
+    int done = 0;
+    const auto us = timeout.count() > 0 ? static_cast<std::uint64_t>(timeout.count()) : 0;
+    detail::check(pcoll_allreduce_timedwait(handle_.get(), us, &done, &info));
+    if (!done) return std::nullopt;
     return detail::copy_info(info, size_);
   }
   // Synchronous round that contributes every carried value and no new data.

@@ -1,14 +1,15 @@
-/* pcoll's private entry point for bootstraps that live outside libpcoll (libpcoll_mpi's
- * pcoll_init_mpi). Not part of the stable API: it may change with any release, and only
- * libraries built from the same pcoll source tree should call it. A bootstrap is rank,
- * size, and an allgather of byte blobs plus a barrier, given as C callbacks so that no
- * C++ type crosses the library boundary. */
-#ifndef PCOLL_PRIVATE_BOOTSTRAP_H
-#define PCOLL_PRIVATE_BOOTSTRAP_H
+/* pcoll's private entry points for the libraries built from this source tree on top of
+ * libpcoll: libpcoll_mpi (pcoll_init_mpi, a bootstrap that lives outside libpcoll) and the
+ * Python extension (creation arguments it could not parse). Not part of the stable API:
+ * they may change with any release, and only libraries built from the same pcoll source
+ * tree should call them. A bootstrap is rank, size, and an allgather of byte blobs plus a
+ * barrier, given as C callbacks so that no C++ type crosses the library boundary. */
+#ifndef PCOLL_PRIVATE_H
+#define PCOLL_PRIVATE_H
 
 #include <stddef.h>
 
-#include <pcoll/pcoll.h>
+#include "pcoll/pcoll.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,8 +40,17 @@ PCOLL_API int pcoll_private_init_with_bootstrap(const pcoll_private_bootstrap_t 
  * bootstrap report its own failure the way every pcoll call does. */
 PCOLL_API int pcoll_private_set_error(int status, const char *message);
 
+/* pcoll_allreduce_create() on a rank whose caller got an argument wrong that the C
+ * arguments cannot express (a Python dtype name that is not one): `invalid_here` (not NULL,
+ * not empty) enters the collective creation as this rank's argument error, so that every
+ * rank returns PCOLL_ERR_INVALID_ARGUMENT naming this rank, as for a bad C argument. The
+ * other arguments are those the caller could parse (defaults for the rest); *handle is
+ * NULL on return. */
+PCOLL_API int pcoll_private_allreduce_create_refused(pcoll_comm_t *comm, size_t count, const char *invalid_here,
+                                                     pcoll_allreduce_t **handle);
+
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* PCOLL_PRIVATE_BOOTSTRAP_H */
+#endif /* PCOLL_PRIVATE_H */

@@ -1,6 +1,7 @@
 // The C API of include/pcoll/pcoll.h: argument checks, C++ exceptions turned into status
 // codes plus a per-thread message, and ownership (handles keep their communicator alive).
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,8 @@
 #include <bootstrap/bootstrap.hpp>
 #include <collectives/allreduce.hpp>
 #include <collectives/comm.hpp>
+#include <collectives/dtype.hpp>
+#include <collectives/enum_names.hpp>
 #include <pcoll/pcoll.h>
 #include <pcoll/private.h>
 #include <registry/registry.hpp>
@@ -99,88 +102,18 @@ int init_with_bootstrap(std::unique_ptr<bootstrap::Bootstrap> boot, pcoll_comm_t
 }  // namespace
 }  // namespace pcoll
 
-extern "C" {
+namespace {
 
-void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t* opts) {
-  if (opts == nullptr) return;
-  opts->late = PCOLL_LATE_CARRY;
-  opts->max_lag = 1;
-  opts->sync_every = 0;
-  opts->seed = 0x70636f6c6cULL;
-  opts->timeout_ms = 0;  // 0: PCOLL_TIMEOUT_MS or 30000, resolved at creation
-  opts->quorum = 0;      // 0: floor(P/2) + 1, resolved at creation
-  opts->grace_us = 0;
-}
-
-int pcoll_init(pcoll_comm_t** comm) {
-  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
-  const int status = guarded("pcoll_init", [&] {
-    require(comm != nullptr, "comm is NULL");
-    boot = pcoll::bootstrap::from_environment();
-  });
-  if (status != PCOLL_SUCCESS) return status;
-  return pcoll::init_with_bootstrap(std::move(boot), comm);
-}
-
-int pcoll_private_init_with_bootstrap(const pcoll_private_bootstrap_t* callbacks, pcoll_comm_t** comm) {
-  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
-  const int status = guarded("pcoll_init", [&] {
-    require(callbacks != nullptr, "bootstrap callbacks are NULL");
-    try {
-      boot = pcoll::bootstrap::make_foreign(*callbacks);
-    } catch (...) {
-      if (callbacks->destroy != nullptr) callbacks->destroy(callbacks->context);
-      throw;
-    }
-  });
-  if (status != PCOLL_SUCCESS) return status;
-  return pcoll::init_with_bootstrap(std::move(boot), comm);
-}
-
-int pcoll_private_set_error(int status, const char* message) {
-  return set_error(status, message != nullptr ? message : "");
-}
-
-int pcoll_comm_rank(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->rank(); }
-int pcoll_comm_size(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->size(); }
-
-const char* pcoll_comm_provider(const pcoll_comm_t* comm) {
-  return comm == nullptr ? "" : comm->comm->provider().c_str();
-}
-
-const char* pcoll_comm_bootstrap(const pcoll_comm_t* comm) {
-  return comm == nullptr ? "" : comm->comm->bootstrap_name().c_str();
-}
-
-int pcoll_barrier(pcoll_comm_t* comm) {
-  return guarded("pcoll_barrier", [&] {
-    require(comm != nullptr, "comm is NULL");
-    comm->comm->check_failed();
-    comm->comm->barrier(comm->comm->timeout());
-  });
-}
-
-int pcoll_finalize(pcoll_comm_t* comm) {
-  std::unique_ptr<pcoll_comm> owned(comm);
-  return guarded("pcoll_finalize", [&] {
-    require(comm != nullptr, "comm is NULL");
-    // Nobody tears down its endpoint while a peer may still be talking to it.
-    owned->comm->begin_leaving();
-    if (!owned->comm->failed()) owned->comm->barrier(owned->comm->timeout());
-    owned.reset();
-  });
-}
-
-int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
-                           pcoll_mode_t mode, const pcoll_allreduce_opts_t* opts,
-                           pcoll_allreduce_t** handle) {
-  return guarded("pcoll_allreduce_create", [&] {
+int create_allreduce(const char* function, pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
+                     pcoll_mode_t mode, const pcoll_allreduce_opts_t* opts, const char* refused_here,
+                     pcoll_allreduce_t** handle) {
+  return guarded(function, [&] {
     require(comm != nullptr, "comm is NULL");
     if (handle != nullptr) *handle = nullptr;
     // Argument checks do not return early: the collective creation reports the first bad
     // argument of any rank on every rank (a rank that returned alone would leave the
     // others waiting for it).
-    std::string invalid;
+    std::string invalid = refused_here != nullptr ? refused_here : "";
     auto check = [&](bool ok, const std::string& message) {
       if (!ok && invalid.empty()) invalid = message;
     };
@@ -254,6 +187,107 @@ int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype
   });
 }
 
+// pcoll_*_from_name: the value of `name` in `table`, or an error naming the accepted ones.
+template <typename Enum>
+int enum_from_name(const char* function, std::span<const pcoll::EnumName> table, const char* kind,
+                   const char* name, Enum* value) {
+  return guarded(function, [&] {
+    require(value != nullptr, "value is NULL");
+    require(name != nullptr, std::string(kind) + " name is NULL");
+    const auto found = pcoll::value_of(table, name);
+    require(found.has_value(), std::string(kind) + " '" + name + "' is not one of " + pcoll::name_list(table));
+    *value = static_cast<Enum>(*found);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t* opts) {
+  if (opts == nullptr) return;
+  opts->late = PCOLL_LATE_CARRY;
+  opts->max_lag = 1;
+  opts->sync_every = 0;
+  opts->seed = 0x70636f6c6cULL;
+  opts->timeout_ms = 0;  // 0: PCOLL_TIMEOUT_MS or 30000, resolved at creation
+  opts->quorum = 0;      // 0: floor(P/2) + 1, resolved at creation
+  opts->grace_us = 0;
+}
+
+int pcoll_init(pcoll_comm_t** comm) {
+  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
+  const int status = guarded("pcoll_init", [&] {
+    require(comm != nullptr, "comm is NULL");
+    boot = pcoll::bootstrap::from_environment();
+  });
+  if (status != PCOLL_SUCCESS) return status;
+  return pcoll::init_with_bootstrap(std::move(boot), comm);
+}
+
+int pcoll_private_init_with_bootstrap(const pcoll_private_bootstrap_t* callbacks, pcoll_comm_t** comm) {
+  std::unique_ptr<pcoll::bootstrap::Bootstrap> boot;
+  const int status = guarded("pcoll_init", [&] {
+    require(callbacks != nullptr, "bootstrap callbacks are NULL");
+    try {
+      boot = pcoll::bootstrap::make_foreign(*callbacks);
+    } catch (...) {
+      if (callbacks->destroy != nullptr) callbacks->destroy(callbacks->context);
+      throw;
+    }
+  });
+  if (status != PCOLL_SUCCESS) return status;
+  return pcoll::init_with_bootstrap(std::move(boot), comm);
+}
+
+int pcoll_private_set_error(int status, const char* message) {
+  return set_error(status, message != nullptr ? message : "");
+}
+
+int pcoll_comm_rank(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->rank(); }
+int pcoll_comm_size(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->size(); }
+
+const char* pcoll_comm_provider(const pcoll_comm_t* comm) {
+  return comm == nullptr ? "" : comm->comm->provider().c_str();
+}
+
+const char* pcoll_comm_bootstrap(const pcoll_comm_t* comm) {
+  return comm == nullptr ? "" : comm->comm->bootstrap_name().c_str();
+}
+
+int pcoll_barrier(pcoll_comm_t* comm) {
+  return guarded("pcoll_barrier", [&] {
+    require(comm != nullptr, "comm is NULL");
+    comm->comm->check_failed();
+    comm->comm->barrier(comm->comm->timeout());
+  });
+}
+
+int pcoll_finalize(pcoll_comm_t* comm) {
+  std::unique_ptr<pcoll_comm> owned(comm);
+  return guarded("pcoll_finalize", [&] {
+    require(comm != nullptr, "comm is NULL");
+    // Nobody tears down its endpoint while a peer may still be talking to it.
+    owned->comm->begin_leaving();
+    if (!owned->comm->failed()) owned->comm->barrier(owned->comm->timeout());
+    owned.reset();
+  });
+}
+
+
+int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
+                           pcoll_mode_t mode, const pcoll_allreduce_opts_t* opts,
+                           pcoll_allreduce_t** handle) {
+  return create_allreduce("pcoll_allreduce_create", comm, count, dtype, op, mode, opts, nullptr, handle);
+}
+
+int pcoll_private_allreduce_create_refused(pcoll_comm_t* comm, size_t count, const char* invalid_here,
+                                           pcoll_allreduce_t** handle) {
+  const char* reason = invalid_here != nullptr && *invalid_here != '\0' ? invalid_here : "an argument was refused";
+  return create_allreduce("pcoll_allreduce_create", comm, count, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC,
+                          nullptr, reason, handle);
+}
+
 int pcoll_allreduce_start(pcoll_allreduce_t* h, const void* sendbuf, void* recvbuf) {
   return guarded("pcoll_allreduce_start", [&] {
     require(h != nullptr, "handle is NULL");
@@ -285,6 +319,18 @@ int pcoll_allreduce_run(pcoll_allreduce_t* h, const void* sendbuf, void* recvbuf
     h->handle->start(sendbuf, recvbuf);
     h->handle->wait(&h->info);
     export_info(h->info, info);
+  });
+}
+
+int pcoll_allreduce_timedwait(pcoll_allreduce_t* h, uint64_t timeout_us, int* done, pcoll_round_info_t* info) {
+  return guarded("pcoll_allreduce_timedwait", [&] {
+    require(h != nullptr, "handle is NULL");
+    require(done != nullptr, "done is NULL");
+    *done = 0;
+    // Beyond a day a deadline is as good as none, and the clock arithmetic stays in range.
+    const auto timeout = std::chrono::microseconds(std::min<uint64_t>(timeout_us, uint64_t{86400} * 1000000));
+    *done = h->handle->wait_until(&h->info, std::chrono::steady_clock::now() + timeout) ? 1 : 0;
+    if (*done) export_info(h->info, info);
   });
 }
 
@@ -342,6 +388,28 @@ int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t* h, uint64_t roun
     initiator = h->handle->majority_initiator(round);
   });
   return status == PCOLL_SUCCESS ? initiator : -1;
+}
+
+const char* pcoll_dtype_name(pcoll_dtype_t dtype) { return pcoll::name_of(pcoll::dtype_names(), raw_value(dtype)); }
+const char* pcoll_op_name(pcoll_op_t op) { return pcoll::name_of(pcoll::op_names(), raw_value(op)); }
+const char* pcoll_mode_name(pcoll_mode_t mode) { return pcoll::name_of(pcoll::mode_names(), raw_value(mode)); }
+const char* pcoll_late_name(pcoll_late_t late) { return pcoll::name_of(pcoll::late_names(), raw_value(late)); }
+
+int pcoll_dtype_from_name(const char* name, pcoll_dtype_t* value) {
+  return enum_from_name("pcoll_dtype_from_name", pcoll::dtype_names(), "dtype", name, value);
+}
+int pcoll_op_from_name(const char* name, pcoll_op_t* value) {
+  return enum_from_name("pcoll_op_from_name", pcoll::op_names(), "op", name, value);
+}
+int pcoll_mode_from_name(const char* name, pcoll_mode_t* value) {
+  return enum_from_name("pcoll_mode_from_name", pcoll::mode_names(), "mode", name, value);
+}
+int pcoll_late_from_name(const char* name, pcoll_late_t* value) {
+  return enum_from_name("pcoll_late_from_name", pcoll::late_names(), "late", name, value);
+}
+
+size_t pcoll_dtype_size(pcoll_dtype_t dtype) {
+  return pcoll::name_of(pcoll::dtype_names(), raw_value(dtype)) != nullptr ? pcoll::element_bytes(dtype) : 0;
 }
 
 const char* pcoll_strerror(int status) {

@@ -18,6 +18,7 @@
 #include <collectives/activation.hpp>
 #include <collectives/comm.hpp>
 #include <collectives/dtype.hpp>
+#include <collectives/enum_names.hpp>
 #include <collectives/reduce_kernels.hpp>
 #include <support/error.hpp>
 #include <support/log.hpp>
@@ -332,8 +333,7 @@ void Allreduce::estimate_clock_offset() {
 
 void Allreduce::write_trace() noexcept {
   try {
-    static constexpr const char* kModes[] = {"sync", "solo", "majority", "quorum"};
-    const RoundTrace::Header header{rank_, size_, id_, kModes[config_.mode], clock_offset_ns_};
+    const RoundTrace::Header header{rank_, size_, id_, name_of(mode_names(), config_.mode), clock_offset_ns_};
     const std::string path = trace_->write(header);
     log::debug("round trace of handle " + std::to_string(id_) + " written to " + path);
   } catch (const std::exception& e) {
@@ -938,7 +938,7 @@ int Allreduce::awaited_peer() const {
   return -1;
 }
 
-void Allreduce::wait_for_round(RoundInfo* info) {
+bool Allreduce::wait_for_round(RoundInfo* info, std::optional<Clock::time_point> deadline) {
   const auto probe_after = std::min<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(1000));
   // While spinning we drive the engine and the progress thread is parked; asleep, it is
   // the other way round.
@@ -974,7 +974,8 @@ void Allreduce::wait_for_round(RoundInfo* info) {
   for (unsigned idle = 0;; ++idle) {
     comm_.check_failed();
     comm_.drive_locked();
-    if (deliver_if_ready_locked(info)) return;
+    if (deliver_if_ready_locked(info)) return true;
+    if (deadline && idle % kClockEvery == 0 && Clock::now() >= *deadline) return false;
     if (epoch_ != seen) {
       seen = epoch_;
       moved_at = Clock::now();
@@ -1009,6 +1010,9 @@ void Allreduce::wait_for_round(RoundInfo* info) {
       if (const auto due = next_deadline_locked())  // a grace that ends before
         nap = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(*due - Clock::now()),
                          std::chrono::microseconds(0), nap);
+      if (deadline)  // the caller's own deadline
+        nap = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(*deadline - Clock::now()),
+                         std::chrono::microseconds(0), nap);
       comm_.sleep_locked(lock, nap);
       idle = kClockEvery - 1;  // look at the clock again after every sleep
     }
@@ -1021,6 +1025,14 @@ void Allreduce::wait(RoundInfo* info) {
     if (!posted_) fail(Errc::invalid_state, "pcoll_allreduce_wait: no round outstanding; call pcoll_allreduce_start first");
   }
   wait_for_round(info);
+}
+
+bool Allreduce::wait_until(RoundInfo* info, Clock::time_point deadline) {
+  {
+    std::lock_guard lock(comm_.engine_mutex());
+    if (!posted_) fail(Errc::invalid_state, "pcoll_allreduce_timedwait: no round outstanding; call pcoll_allreduce_start first");
+  }
+  return wait_for_round(info, deadline);
 }
 
 void Allreduce::flush(void* recvbuf, RoundInfo* info) {

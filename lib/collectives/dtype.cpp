@@ -1,5 +1,6 @@
 // Element type properties: sizes, accumulation types, names and argument checks.
 #include <collectives/dtype.hpp>
+#include <collectives/enum_names.hpp>
 
 #include <string>
 
@@ -59,25 +60,13 @@ std::size_t wire_element_bytes(pcoll_dtype_t dtype) {
 }
 
 const char* dtype_name(pcoll_dtype_t dtype) {
-  switch (dtype) {
-    case PCOLL_FLOAT32: return "float32";
-    case PCOLL_FLOAT64: return "float64";
-    case PCOLL_INT32: return "int32";
-    case PCOLL_INT64: return "int64";
-    case PCOLL_BFLOAT16: return "bfloat16";
-    case PCOLL_FLOAT16: return "float16";
-  }
-  return "invalid";
+  const char* name = name_of(dtype_names(), static_cast<int>(dtype));
+  return name != nullptr ? name : "invalid";
 }
 
 const char* op_name(pcoll_op_t op) {
-  switch (op) {
-    case PCOLL_OP_SUM: return "sum";
-    case PCOLL_OP_AVG: return "avg";
-    case PCOLL_OP_MIN: return "min";
-    case PCOLL_OP_MAX: return "max";
-  }
-  return "invalid";
+  const char* name = name_of(op_names(), static_cast<int>(op));
+  return name != nullptr ? name : "invalid";
 }
 
 }  // namespace pcoll

@@ -18,6 +18,8 @@
 
 #include <malloc.h>
 
+#include <pcoll/private.h>
+
 namespace collective_rules {
 namespace {
 
@@ -744,6 +746,89 @@ void invalid_arguments_and_call_order_are_refused(const Rank& me) {
   CHECK(info.round == 0);
   CHECK(recv[0] == 1.0f * me.size);
   REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+}
+
+void a_timed_wait_returns_while_a_peer_is_late_and_keeps_the_round(const Rank& me) {
+  if (me.size < 2) return;
+  const int sleeper = me.size - 1;
+  pcoll_allreduce_t* h = nullptr;
+  REQUIRE(pcoll_allreduce_create(me.comm, 16, PCOLL_INT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) == PCOLL_SUCCESS);
+  std::vector<int32_t> send(16, me.rank + 1), recv(16, 0);
+  REQUIRE(pcoll_barrier(me.comm) == PCOLL_SUCCESS);
+  if (me.rank == sleeper) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(pcoll_allreduce_start(h, send.data(), recv.data()) == PCOLL_SUCCESS);
+  int done = 0, timed_out = 0;
+  pcoll_round_info_t info{};
+  while (!done) {
+    const auto before = std::chrono::steady_clock::now();
+    REQUIRE(pcoll_allreduce_timedwait(h, 20000, &done, &info) == PCOLL_SUCCESS);
+    const auto took = std::chrono::steady_clock::now() - before;
+    // Within its time (the bound allows a loaded host), and a round that is not done stays
+    // outstanding: starting another is refused.
+    CHECK(took < std::chrono::milliseconds(250));
+    if (!done) {
+      ++timed_out;
+      CHECK(pcoll_allreduce_start(h, send.data(), recv.data()) == PCOLL_ERR_INVALID_STATE);
+    }
+  }
+  // Everyone but the sleeper waited about 300 ms in 20 ms waits.
+  if (me.rank != sleeper) CHECK(timed_out >= 2);
+  CHECK(info.round == 0);
+  CHECK(info.fresh == me.size);
+  CHECK(recv[0] == me.size * (me.size + 1) / 2);
+  // A zero timeout only tests; with nothing outstanding the call is refused.
+  CHECK(pcoll_allreduce_timedwait(h, 0, &done, &info) == PCOLL_ERR_INVALID_STATE);
+  CHECK(pcoll_allreduce_timedwait(h, 0, nullptr, &info) == PCOLL_ERR_INVALID_ARGUMENT);
+  REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+}
+
+void an_argument_refused_by_a_binding_fails_every_rank(const Rank& me) {
+  if (me.size < 2) return;
+  const int culprit = me.size - 1;
+  pcoll_allreduce_t* h = nullptr;
+  const int status =
+      me.rank == culprit
+          ? pcoll_private_allreduce_create_refused(me.comm, 4, "dtype 'float33' is not one of float32, ...", &h)
+          : pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h);
+  CHECK(status == PCOLL_ERR_INVALID_ARGUMENT);
+  CHECK(h == nullptr);
+  const std::string message = pcoll_last_error();
+  CHECK(message.find("rank " + std::to_string(culprit)) != std::string::npos);
+  CHECK(message.find("float33") != std::string::npos);
+  CHECK(check_handle(me, PCOLL_MODE_SYNC, PCOLL_INT32, PCOLL_OP_SUM, 10, 2, false) == 0);
+}
+
+void enum_names_round_trip_and_unknown_names_are_refused(const Rank&) {
+  for (int d = PCOLL_FLOAT32; d <= PCOLL_FLOAT16; ++d) {
+    const char* name = pcoll_dtype_name(static_cast<pcoll_dtype_t>(d));
+    REQUIRE(name != nullptr);
+    pcoll_dtype_t back{};
+    CHECK(pcoll_dtype_from_name(name, &back) == PCOLL_SUCCESS);
+    CHECK(back == d);
+    CHECK(pcoll_dtype_size(back) == (d == PCOLL_FLOAT64 || d == PCOLL_INT64 ? 8u : d >= PCOLL_BFLOAT16 ? 2u : 4u));
+  }
+  for (int o = PCOLL_OP_SUM; o <= PCOLL_OP_MAX; ++o) {
+    pcoll_op_t back{};
+    CHECK(pcoll_op_from_name(pcoll_op_name(static_cast<pcoll_op_t>(o)), &back) == PCOLL_SUCCESS);
+    CHECK(back == o);
+  }
+  for (int m = PCOLL_MODE_SYNC; m <= PCOLL_MODE_QUORUM; ++m) {
+    pcoll_mode_t back{};
+    CHECK(pcoll_mode_from_name(pcoll_mode_name(static_cast<pcoll_mode_t>(m)), &back) == PCOLL_SUCCESS);
+    CHECK(back == m);
+  }
+  pcoll_late_t late{};
+  CHECK(pcoll_late_from_name("drop", &late) == PCOLL_SUCCESS);
+  CHECK(late == PCOLL_LATE_DROP);
+  CHECK(std::string(pcoll_mode_name(PCOLL_MODE_MAJORITY)) == "majority");
+  CHECK(pcoll_dtype_name(static_cast<pcoll_dtype_t>(42)) == nullptr);
+  CHECK(pcoll_dtype_size(static_cast<pcoll_dtype_t>(42)) == 0);
+  pcoll_dtype_t dtype{};
+  CHECK(pcoll_dtype_from_name("float33", &dtype) == PCOLL_ERR_INVALID_ARGUMENT);
+  const std::string message = pcoll_last_error();
+  CHECK(message.find("float33") != std::string::npos);
+  CHECK(message.find("bfloat16") != std::string::npos);
+  CHECK(pcoll_mode_from_name(nullptr, nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace collective_rules

@@ -52,5 +52,8 @@ void mismatched_creation_arguments_fail_everywhere(const Rank& rank);
 void a_bad_argument_on_one_rank_fails_every_rank(const Rank& rank);
 void destroy_with_a_round_outstanding_completes_it(const Rank& rank);
 void invalid_arguments_and_call_order_are_refused(const Rank& rank);
+void a_timed_wait_returns_while_a_peer_is_late_and_keeps_the_round(const Rank& rank);
+void an_argument_refused_by_a_binding_fails_every_rank(const Rank& rank);
+void enum_names_round_trip_and_unknown_names_are_refused(const Rank& rank);
 
 }  // namespace collective_rules

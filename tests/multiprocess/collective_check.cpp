@@ -53,6 +53,9 @@ TEST_CASE("mismatched creation arguments give an error on every rank") { collect
 TEST_CASE("a bad argument on one rank gives every rank an error naming that rank") { collective_rules::a_bad_argument_on_one_rank_fails_every_rank(g_me); }
 TEST_CASE("destroy with a round outstanding completes the round and frees the handle") { collective_rules::destroy_with_a_round_outstanding_completes_it(g_me); }
 TEST_CASE("invalid arguments and call order are refused with a message") { collective_rules::invalid_arguments_and_call_order_are_refused(g_me); }
+TEST_CASE("a timed wait returns while a peer is late, and the round stays outstanding") { collective_rules::a_timed_wait_returns_while_a_peer_is_late_and_keeps_the_round(g_me); }
+TEST_CASE("an argument a binding refused fails every rank, naming it") { collective_rules::an_argument_refused_by_a_binding_fails_every_rank(g_me); }
+TEST_CASE("enum names round-trip through the C API and unknown names are refused") { collective_rules::enum_names_round_trip_and_unknown_names_are_refused(g_me); }
 
 int main(int argc, char** argv) {
   if (pcoll_init(&g_me.comm) != PCOLL_SUCCESS) {

@@ -93,6 +93,9 @@ TEST_CASE("mismatched creation arguments give an error on every rank") { for_eve
 TEST_CASE("a bad argument on one rank gives every rank an error naming that rank") { for_every_size(collective_rules::a_bad_argument_on_one_rank_fails_every_rank); }
 TEST_CASE("destroy with a round outstanding completes the round and frees the handle") { for_every_size(collective_rules::destroy_with_a_round_outstanding_completes_it); }
 TEST_CASE("invalid arguments and call order are refused with a message") { for_every_size(collective_rules::invalid_arguments_and_call_order_are_refused); }
+TEST_CASE("a timed wait returns while a peer is late, and the round stays outstanding") { for_every_size(collective_rules::a_timed_wait_returns_while_a_peer_is_late_and_keeps_the_round); }
+TEST_CASE("an argument a binding refused fails every rank, naming it") { for_every_size(collective_rules::an_argument_refused_by_a_binding_fails_every_rank); }
+TEST_CASE("enum names round-trip through the C API and unknown names are refused") { for_every_size(collective_rules::enum_names_round_trip_and_unknown_names_are_refused); }
 
 int main(int argc, char** argv) {
   std::vector<char*> args;

@@ -81,6 +81,9 @@ class Allreduce {
   void start(const void* sendbuf, void* recvbuf);
   bool test(RoundInfo* info);
   void wait(RoundInfo* info);
+  // wait() that gives up at `deadline`: true once the round is delivered, false when the
+  // deadline passed first (the round stays outstanding).
+  bool wait_until(RoundInfo* info, std::chrono::steady_clock::time_point deadline);
   void flush(void* recvbuf, RoundInfo* info);
   // Collective: waits for an outstanding round, then until every rank is done with the
   // handle, so no peer writes into its memory any more. Returns at once on a failed
@@ -144,7 +147,9 @@ class Allreduce {
   void deliver_chunk(uint64_t round, size_t first, size_t elems);
   void fill_info(uint64_t round, RoundInfo& info);
   bool deliver_if_ready_locked(RoundInfo* info);
-  void wait_for_round(RoundInfo* info);  // takes the engine lock itself
+  // Takes the engine lock itself; false when `deadline` passed before the round was delivered.
+  bool wait_for_round(RoundInfo* info,
+                      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   int awaited_peer() const;
 
   // The carry and the results (docs/design.md, "Memory of a handle").
