@@ -4,12 +4,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <new>
 #include <string>
-
-#include <unistd.h>
 
 #include <api/foreign_bootstrap.hpp>
 #include <bootstrap/bootstrap.hpp>
@@ -17,11 +14,11 @@
 #include <collectives/comm.hpp>
 #include <collectives/dtype.hpp>
 #include <collectives/enum_names.hpp>
+#include <collectives/handle_spec.hpp>
 #include <pcoll/pcoll.h>
 #include <pcoll/private.h>
 #include <registry/registry.hpp>
 #include <support/error.hpp>
-#include <support/settings.hpp>
 
 struct pcoll_comm {
   std::shared_ptr<pcoll::Comm> comm;
@@ -104,85 +101,20 @@ int init_with_bootstrap(std::unique_ptr<bootstrap::Bootstrap> boot, pcoll_comm_t
 
 namespace {
 
-int create_allreduce(const char* function, pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
-                     pcoll_mode_t mode, const pcoll_allreduce_opts_t* opts, const char* refused_here,
+int create_allreduce(const char* function, pcoll_comm_t* comm, const pcoll::CreateRequest& request,
                      pcoll_allreduce_t** handle) {
   return guarded(function, [&] {
     require(comm != nullptr, "comm is NULL");
     if (handle != nullptr) *handle = nullptr;
-    // Argument checks do not return early: the collective creation reports the first bad
+    // A bad argument does not return early: the collective creation reports the first bad
     // argument of any rank on every rank (a rank that returned alone would leave the
     // others waiting for it).
-    std::string invalid = refused_here != nullptr ? refused_here : "";
-    auto check = [&](bool ok, const std::string& message) {
-      if (!ok && invalid.empty()) invalid = message;
-    };
-    check(handle != nullptr, "handle is NULL");
-    const int raw_mode = raw_value(mode);
-    check(raw_mode >= PCOLL_MODE_SYNC && raw_mode <= PCOLL_MODE_QUORUM,
-          "mode " + std::to_string(raw_mode) +
-              " is not PCOLL_MODE_SYNC, PCOLL_MODE_SOLO, PCOLL_MODE_MAJORITY or PCOLL_MODE_QUORUM");
-    const int raw_dtype = raw_value(dtype);
-    check(raw_dtype >= PCOLL_FLOAT32 && raw_dtype <= PCOLL_FLOAT16,
-          "dtype " + std::to_string(raw_dtype) + " is not a pcoll_dtype_t (PCOLL_FLOAT32 .. PCOLL_FLOAT16)");
-    const int raw_op = raw_value(op);
-    check(raw_op >= PCOLL_OP_SUM && raw_op <= PCOLL_OP_MAX,
-          "op " + std::to_string(raw_op) + " is not PCOLL_OP_SUM, _AVG, _MIN or _MAX");
-    pcoll::AllreduceConfig config;
-    config.count = count;
-    config.dtype = invalid.empty() ? static_cast<pcoll_dtype_t>(raw_dtype) : PCOLL_FLOAT32;
-    config.op = invalid.empty() ? static_cast<pcoll_op_t>(raw_op) : PCOLL_OP_SUM;
-    config.mode = invalid.empty() ? static_cast<pcoll_mode_t>(raw_mode) : PCOLL_MODE_SYNC;
-    pcoll_allreduce_opts_init(&config.opts);
-    if (opts != nullptr) {
-      const int raw_late = raw_value(opts->late);
-      check(raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP,
-            "opts.late = " + std::to_string(raw_late) + " is not PCOLL_LATE_CARRY or PCOLL_LATE_DROP");
-      if (raw_late == PCOLL_LATE_CARRY || raw_late == PCOLL_LATE_DROP) config.opts = *opts;
-    }
-    check(config.opts.max_lag <= 64, "opts.max_lag = " + std::to_string(config.opts.max_lag) +
-                                         " is above 64 (each unit of lag buffers one result)");
-    const int ranks = comm->comm->size();
-    if (config.mode == PCOLL_MODE_QUORUM) {
-      if (config.opts.quorum == 0) config.opts.quorum = static_cast<uint32_t>(ranks / 2 + 1);
-      check(config.opts.quorum <= static_cast<uint32_t>(ranks),
-            "opts.quorum = " + std::to_string(config.opts.quorum) + " is more than the job's " + std::to_string(ranks) +
-                " ranks (1.." + std::to_string(ranks) + ", or 0 for a majority)");
-      check(config.opts.grace_us <= 60000000u,
-            "opts.grace_us = " + std::to_string(config.opts.grace_us) + " is above 60 s");
-    } else {
-      check(config.opts.quorum == 0 && config.opts.grace_us == 0,
-            "opts.quorum = " + std::to_string(config.opts.quorum) + " and opts.grace_us = " +
-                std::to_string(config.opts.grace_us) + " are for PCOLL_MODE_QUORUM only; leave them 0");
-    }
-    check(count <= (size_t{1} << 40), "count " + std::to_string(count) + " is too large");
-    try {
-      if (config.opts.timeout_ms == 0)
-        config.opts.timeout_ms = static_cast<uint32_t>(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
-      config.chunk_bytes = pcoll::settings::get_unsigned("PCOLL_CHUNK_BYTES");
-      config.pool_bytes = pcoll::settings::get_unsigned("PCOLL_POOL_BYTES");
-      if (config.pool_bytes < 2 * config.chunk_bytes)
-        pcoll::invalid_argument("PCOLL_POOL_BYTES=" + std::to_string(config.pool_bytes) +
-                                " holds less than two chunks of PCOLL_CHUNK_BYTES=" +
-                                std::to_string(config.chunk_bytes) + "; raise it or lower PCOLL_CHUNK_BYTES");
-      config.rd_max_bytes = pcoll::settings::get_unsigned("PCOLL_RD_MAX_BYTES");
-      if (const auto dir = pcoll::settings::get_text("PCOLL_TRACE")) {
-        std::error_code error;
-        if (!std::filesystem::is_directory(*dir, error) || ::access(dir->c_str(), W_OK) != 0)
-          pcoll::invalid_argument("PCOLL_TRACE=" + *dir + " is not a directory this process can write to; "
-                                  "create it or unset PCOLL_TRACE");
-        config.trace_dir = *dir;
-        config.trace_clock_skew_ns =
-            static_cast<int64_t>(pcoll::settings::get_unsigned("PCOLL_TEST_CLOCK_SKEW_MS")) * 1000000;
-      }
-    } catch (const pcoll::Error& e) {
-      check(false, e.what());
-    }
-    if (config.opts.timeout_ms == 0) config.opts.timeout_ms = static_cast<uint32_t>(comm->comm->timeout().count());
+    std::string problem;
+    const pcoll::HandleSpec spec = pcoll::make_spec(request, comm->comm->size(), comm->comm->timeout(), problem);
     comm->comm->check_failed();
     auto made = std::make_unique<pcoll_allreduce>();
     made->comm = comm->comm;
-    made->handle = std::make_unique<pcoll::Allreduce>(*comm->comm, config, invalid);
+    made->handle = std::make_unique<pcoll::Allreduce>(*comm->comm, spec, problem);
     *handle = made.release();
   });
 }
@@ -278,14 +210,23 @@ int pcoll_finalize(pcoll_comm_t* comm) {
 int pcoll_allreduce_create(pcoll_comm_t* comm, size_t count, pcoll_dtype_t dtype, pcoll_op_t op,
                            pcoll_mode_t mode, const pcoll_allreduce_opts_t* opts,
                            pcoll_allreduce_t** handle) {
-  return create_allreduce("pcoll_allreduce_create", comm, count, dtype, op, mode, opts, nullptr, handle);
+  pcoll::CreateRequest request;
+  request.count = count;
+  request.dtype = raw_value(dtype);
+  request.op = raw_value(op);
+  request.mode = raw_value(mode);
+  request.opts = opts;
+  request.handle_given = handle != nullptr;
+  return create_allreduce("pcoll_allreduce_create", comm, request, handle);
 }
 
 int pcoll_private_allreduce_create_refused(pcoll_comm_t* comm, size_t count, const char* invalid_here,
                                            pcoll_allreduce_t** handle) {
-  const char* reason = invalid_here != nullptr && *invalid_here != '\0' ? invalid_here : "an argument was refused";
-  return create_allreduce("pcoll_allreduce_create", comm, count, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC,
-                          nullptr, reason, handle);
+  pcoll::CreateRequest request;
+  request.count = count;
+  request.handle_given = handle != nullptr;
+  request.refused = invalid_here != nullptr && *invalid_here != '\0' ? invalid_here : "an argument was refused";
+  return create_allreduce("pcoll_allreduce_create", comm, request, handle);
 }
 
 int pcoll_allreduce_start(pcoll_allreduce_t* h, const void* sendbuf, void* recvbuf) {

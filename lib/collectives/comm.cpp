@@ -33,12 +33,19 @@ unsigned notification_bits(const std::string& wanted, const transport::Capabilit
 
 }  // namespace
 
+// What setup learns on the way, from one step to the next.
+struct Comm::Setup {
+  std::string notify_bits;                  // PCOLL_NOTIFY_BITS as given
+  topology::ProgressPlacement placement;    // where the progress thread goes
+  transport::Options options;
+};
+
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
     : boot_(std::move(boot)) {
   // A setup that fails leaves the job broken: the bootstrap must not then wait in a final
-  // barrier of its own, which would join the other ranks' setup collectives.
-  // Nor may the transport, torn down with it, progress towards a peer that died during
-  // setup (UCX faults there).
+  // barrier of its own, which would join the other ranks' setup collectives. Nor may the
+  // transport, torn down with it, progress towards a peer that died during setup (UCX
+  // faults there).
   struct AbandonUnlessSetUp {
     bootstrap::Bootstrap& boot;
     std::unique_ptr<transport::Transport>& transport;
@@ -48,37 +55,55 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
       boot.abandon();
       if (transport) transport->abandon();
     }
-  } setup{*boot_, transport_};
+  } guard{*boot_, transport_};
+  Setup setup;
+  read_settings(setup);
+  open_transport(setup, make_transport);
+  agree_notification_width(setup);
+  connect_ranks(setup);
+  start_engine(setup);
+  guard.set_up = true;
+}
+
+// Every setting the communicator needs, read (and a bad value refused) before anything is
+// connected.
+void Comm::read_settings(Setup& setup) {
   log::threshold();  // reject a bad PCOLL_LOG now rather than at the first message
   rank_ = boot_->rank();
   size_ = boot_->size();
   bootstrap_name_ = boot_->name();
   log::set_rank(rank_);
+  detector_ = std::make_unique<FailureDetector>(rank_, size_, static_cast<PeerNotices&>(*this), Clock::now());
   settings::warn_unknown_variables();  // a typo such as PCOLL_TIMEOUT would otherwise go unnoticed
-  const std::string notify_bits = settings::get_choice("PCOLL_NOTIFY_BITS");
+  setup.notify_bits = settings::get_choice("PCOLL_NOTIFY_BITS");
   spin_budget_ = std::chrono::microseconds(settings::get_unsigned("PCOLL_SPIN_US"));
-  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: lib/support/topology.cpp). Read
-  // (and a bad value refused) before anything is connected.
-  auto placement = topology::progress_cpu();
-
-  transport::Options options;
+  // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: lib/support/topology.cpp).
+  setup.placement = topology::progress_cpu();
   timeout_ = std::chrono::milliseconds(settings::get_unsigned("PCOLL_TIMEOUT_MS"));
   // A blocking transport operation (a notify into a full queue, an atomic) gives up after
   // half the liveness timeout: a rank stuck sending to a dead peer then names that peer
   // before its own peers, pinging it meanwhile in vain (its engine is inside the call),
   // give up on it and blame the wrong rank.
-  options.timeout = std::max(std::chrono::milliseconds(1), timeout_ / 2);
+  setup.options.timeout = std::max(std::chrono::milliseconds(1), timeout_ / 2);
+}
+
+// The provider the registry picks for this job's layout, and its notification layout.
+void Comm::open_transport(Setup& setup, const TransportFactory& make_transport) {
   // Every rank takes part whatever its PCOLL_PROVIDER (a collective cannot be skipped by
   // some): the default provider follows the job's layout.
-  options.layout = transport::gather_layout(rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
-  transport_ = make_transport(options);
+  setup.options.layout =
+      transport::gather_layout(rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
+  transport_ = make_transport(setup.options);
   provider_ = transport_->capabilities().name;
-  codec_ = NoticeCodec(notification_bits(notify_bits, transport_->capabilities()));
+  codec_ = NoticeCodec(notification_bits(setup.notify_bits, transport_->capabilities()));
   if (static_cast<uint32_t>(size_) > codec_.max_ranks())
     fail(Errc::unsupported, "a job of " + std::to_string(size_) + " ranks is more than " + codec_.describe() +
-                                " can address (provider " + provider_ + ", PCOLL_NOTIFY_BITS=" + notify_bits + ")");
-  // Every rank must speak the same layout: a rank with another PCOLL_NOTIFY_BITS, or a
-  // provider of another width, would be misread by everyone else.
+                                " can address (provider " + provider_ + ", PCOLL_NOTIFY_BITS=" + setup.notify_bits + ")");
+}
+
+// Every rank must speak the same layout: a rank with another PCOLL_NOTIFY_BITS, or a
+// provider of another width, would be misread by everyone else.
+void Comm::agree_notification_width(const Setup&) {
   const auto bits_byte = static_cast<std::byte>(codec_.bits());
   const auto everyones = boot_->allgather(std::span<const std::byte>(&bits_byte, 1));
   for (size_t r = 0; r < everyones.size(); ++r) {
@@ -90,10 +115,12 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
                                std::to_string(codec_.bits()) +
                                "-bit: set the same PCOLL_NOTIFY_BITS (and provider) on every rank");
   }
+}
 
-  // Every rank's host and process come back: the ranks sharing our host decide whether
-  // waiting ranks must yield their CPU, the ranks sharing our process (ranks as threads)
-  // whether the progress thread may be pinned.
+// Connects every rank. Every rank's host and process come back: the ranks sharing our host
+// decide whether waiting ranks must yield their CPU, the ranks sharing our process (ranks
+// as threads) whether the progress thread may be pinned.
+void Comm::connect_ranks(Setup& setup) {
   const std::vector<transport::PeerPlace> places = transport::connect_all(
       *transport_, rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
   int local_ranks = 0;    // ranks on this host, this one included
@@ -105,33 +132,31 @@ Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& m
   }
   // Ranks that are threads of one process share its cpuset: "auto" would put all their
   // progress threads on the same CPU, and a CPU number would too.
-  if (process_ranks > 1 && placement.cpu >= 0)
-    placement = {-1, "unpinned (" + std::to_string(process_ranks) +
-                         " ranks are threads of this process; pinning would put all their progress threads on CPU " +
-                         std::to_string(placement.cpu) + ")"};
-  log::debug("progress thread: " + placement.reason);
+  if (process_ranks > 1 && setup.placement.cpu >= 0)
+    setup.placement = {-1, "unpinned (" + std::to_string(process_ranks) +
+                               " ranks are threads of this process; pinning would put all their progress threads on CPU " +
+                               std::to_string(setup.placement.cpu) + ")"};
+  log::debug("progress thread: " + setup.placement.reason);
   // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
   // ranks than it has CPUs (auto), always, or never. Without it, an oversubscribed waiter
   // spins through the time slice that the rank it waits for needs.
   const std::string yield = settings::get_choice("PCOLL_YIELD");
   const int cpus = topology::node_cpus();
   yield_ = yield == "always" || (yield == "auto" && local_ranks > cpus);
-  log::debug("waiters " + std::string(yield_ ? "yield" : "do not yield") + ": " +
-             std::to_string(local_ranks) + " ranks on this node, " + std::to_string(cpus) +
-             " CPUs (PCOLL_YIELD=" + yield + ")");
+  log::debug("waiters " + std::string(yield_ ? "yield" : "do not yield") + ": " + std::to_string(local_ranks) +
+             " ranks on this node, " + std::to_string(cpus) + " CPUs (PCOLL_YIELD=" + yield + ")");
+}
 
-  const auto now = Clock::now();
-  ping_sent_.assign(size_, std::nullopt);
-  knows_of_failure_.assign(static_cast<size_t>(size_), false);
-  last_pong_.assign(size_, now);
+// The agreement's region, the progress thread and the heartbeat, then a barrier: everyone
+// connected and progressing before the first handle's traffic.
+void Comm::start_engine(const Setup& setup) {
   agreement_ = std::make_unique<Agreement>(*this);
-  driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { return progress_hook(); }, placement.cpu);
-  // Everyone connected and progressing before the first handle's traffic.
+  driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { return progress_hook(); },
+                                                        setup.placement.cpu);
   boot_->barrier();
-  log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-            ", provider " + provider_ + ", bootstrap " + bootstrap_name_ + ", " + codec_.describe());
-  setup.set_up = true;
-  heartbeat_on_.store(true, std::memory_order_relaxed);
+  log::info("communicator up: rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ", provider " +
+            provider_ + ", bootstrap " + bootstrap_name_ + ", " + codec_.describe());
+  detector_->start_heartbeat();
 }
 
 Comm::~Comm() {
@@ -177,42 +202,8 @@ void Comm::dispatch_locked(uint64_t value) {
                              " this job uses arrived");
   const Notice notice = codec_.decode(value);
   switch (notice.kind) {
-    case NoticeKind::control: {
-      const int peer = static_cast<int>(notice.rank);
-      if (peer >= size_) fail(Errc::protocol, "control message from rank " + std::to_string(peer) + " of " + std::to_string(size_));
-      if (notice.type == kControlPing) {  // answer from the engine, whatever the application does
-        transport_->notify(peer, codec_.control(kControlPong, static_cast<uint32_t>(rank_)));
-      } else if (notice.type == kControlFailureAck) {
-        knows_of_failure_[static_cast<size_t>(peer)] = true;
-      } else if (notice.type == kControlAgreement) {
-        if (agreement_ == nullptr) fail(Errc::protocol, "agreement message from rank " + std::to_string(peer) + " before setup ended");
-        agreement_->on_arrival(peer, notice.round);
-        // Hearing from the peer is as good as a pong.
-        ping_sent_[peer].reset();
-        last_pong_[peer] = Clock::now();
-      } else {
-        ping_sent_[peer].reset();
-        last_pong_[peer] = Clock::now();
-      }
-      return;
-    }
-    case NoticeKind::failure: {
-      const uint32_t culprit = notice.rank;
-      const uint32_t unknown = codec_.unknown_rank();
-      if (notice.sender >= static_cast<uint32_t>(size_) || notice.sender == static_cast<uint32_t>(rank_))
-        fail(Errc::protocol, "failure notice from rank " + std::to_string(notice.sender) + " of " + std::to_string(size_));
-      if (culprit != unknown && culprit >= static_cast<uint32_t>(size_))
-        fail(Errc::protocol, "failure notice naming rank " + std::to_string(culprit) + " of " + std::to_string(size_));
-      acknowledge_failure_locked(static_cast<int>(notice.sender));
-      mark_failed(culprit == unknown ? -1 : static_cast<int>(culprit),
-           culprit == unknown
-               ? "another rank reported a failure of the job"
-           : culprit == static_cast<uint32_t>(rank_)
-               ? "rank " + std::to_string(culprit) + " (this rank) was reported failed by another rank: its "
-                 "connection to this rank failed, or this rank did not answer it in time"
-               : "rank " + std::to_string(culprit) + " failed or stopped answering (reported by another rank)");
-      return;
-    }
+    case NoticeKind::control: return dispatch_control_locked(notice);
+    case NoticeKind::failure: return dispatch_failure_locked(notice);
     case NoticeKind::activation:
     case NoticeKind::data:
     case NoticeKind::credit: {
@@ -233,6 +224,32 @@ void Comm::dispatch_locked(uint64_t value) {
   }
 }
 
+void Comm::dispatch_control_locked(const Notice& notice) {
+  const int peer = static_cast<int>(notice.rank);
+  if (peer >= size_) fail(Errc::protocol, "control message from rank " + std::to_string(peer) + " of " + std::to_string(size_));
+  switch (notice.type) {
+    case kControlPing: return detector_->on_ping(peer);  // the engine answers, whatever the application does
+    case kControlFailureAck: return detector_->on_failure_ack(peer);
+    case kControlAgreement:
+      if (agreement_ == nullptr)
+        fail(Errc::protocol, "agreement message from rank " + std::to_string(peer) + " before setup ended");
+      agreement_->on_arrival(peer, notice.round);
+      // Hearing from the peer is as good as a pong.
+      return detector_->heard_from(peer, Clock::now());
+    default: return detector_->heard_from(peer, Clock::now());  // a pong
+  }
+}
+
+void Comm::dispatch_failure_locked(const Notice& notice) {
+  const uint32_t culprit = notice.rank;
+  const uint32_t unknown = codec_.unknown_rank();
+  if (notice.sender >= static_cast<uint32_t>(size_) || notice.sender == static_cast<uint32_t>(rank_))
+    fail(Errc::protocol, "failure notice from rank " + std::to_string(notice.sender) + " of " + std::to_string(size_));
+  if (culprit != unknown && culprit >= static_cast<uint32_t>(size_))
+    fail(Errc::protocol, "failure notice naming rank " + std::to_string(culprit) + " of " + std::to_string(size_));
+  detector_->on_failure_notice(static_cast<int>(notice.sender), culprit == unknown ? -1 : static_cast<int>(culprit));
+}
+
 void Comm::drive_locked() {
   check_failed();
   std::array<uint64_t, 64> values{};
@@ -245,7 +262,7 @@ void Comm::drive_locked() {
         try {
           dispatch_locked(value);
         } catch (const Error& error) {
-          if (!leaving_.load(std::memory_order_acquire) || error.rank() < 0 || error.rank() == rank_) throw;
+          if (!is_leaving() || error.rank() < 0 || error.rank() == rank_) throw;
           log::debug(std::string("while leaving, passed over: ") + error.what());
         }
       }
@@ -331,74 +348,41 @@ std::chrono::microseconds Comm::progress_hook() {
 // rank can be waited on by nobody who is probing: in a sync round whose other ranks
 // compute, the one rank already waiting waits on a live partner, and the dead rank's
 // partners have not joined. So every engine also asks its ring successor whether it is
-// alive, once per probe period (a quarter of the timeout, at most a second): a dead or
-// silent rank is found by its predecessor within about the timeout whatever the
-// applications do, and the failure broadcast tells everyone. One ping per rank per period.
+// alive (FailureDetector::heartbeat), never more strictly than any handle allows.
 void Comm::heartbeat_locked(Clock::time_point now) {
-  if (size_ < 2 || !heartbeat_on_.load(std::memory_order_relaxed)) return;
-  const int successor = (rank_ + 1) % size_;
-  // Never stricter than what the application allowed its handles.
   std::chrono::milliseconds timeout = timeout_;
   for (const HandleSlot& slot : slots_)
     if (slot.handle != nullptr) timeout = std::max(timeout, slot.handle->timeout());
-  const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
-  if (!ping_sent_[successor] && now - last_pong_[successor] < period) return;
-  watch_locked(successor, timeout);
+  detector_->heartbeat(now, timeout);
 }
 
-void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) {
-  const auto now = Clock::now();
-  if (!ping_sent_[peer]) {
-    ping_sent_[peer] = now;
-    try {
-      transport_->notify(peer, codec_.control(kControlPing, static_cast<uint32_t>(rank_)));
-    } catch (const Error& error) {
-      fail_locked(error, {}, error.rank() >= 0 ? error.rank() : peer);
-    }
-    return;
-  }
-  if (now - *ping_sent_[peer] > timeout) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-    mark_failed(peer, "rank " + std::to_string(peer) + " did not answer within " + std::to_string(ms) +
-                   " ms (PCOLL_TIMEOUT_MS / timeout_ms): its process or progress engine is gone");
-    check_failed();
+void Comm::watch_locked(int peer, std::chrono::milliseconds timeout) { detector_->watch(peer, timeout, Clock::now()); }
+
+// --- PeerNotices: what the failure detector sends. -------------------------------------------
+
+// Engine lock held (a watch): a ping that cannot be sent fails the communicator at once,
+// naming the peer.
+void Comm::send_ping(int peer) {
+  try {
+    transport_->notify(peer, codec_.control(kControlPing, static_cast<uint32_t>(rank_)));
+  } catch (const Error& error) {
+    fail_locked(error, {}, error.rank() >= 0 ? error.rank() : peer);
   }
 }
 
-void Comm::mark_failed(int culprit, const std::string& reason) {
-  {
-    std::lock_guard lock(failure_mutex_);
-    if (failed_.load(std::memory_order_relaxed)) return;
-    failure_reason_ = reason;
-    failure_code_ = static_cast<int>(culprit >= 0 ? Errc::peer_failed : Errc::transport);
-    failure_culprit_ = culprit;
-    failed_.store(true, std::memory_order_release);
-  }
-  log::error(reason);
-  // Tell everyone else so that ranks waiting on a live peer do not wait forever.
+void Comm::send_pong(int peer) { transport_->notify(peer, codec_.control(kControlPong, static_cast<uint32_t>(rank_))); }
+
+void Comm::send_failure(int peer, int culprit) {
   const uint32_t detail = culprit >= 0 ? static_cast<uint32_t>(culprit) : codec_.unknown_rank();
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_ || r == culprit) continue;
-    try {
-      transport_->notify(r, codec_.failure(detail, static_cast<uint32_t>(rank_)));
-    } catch (const Error&) {
-      // That peer may be gone too; the others still need to hear. Nobody waits for its
-      // acknowledgement (linger_after_failure).
-      knows_of_failure_[static_cast<size_t>(r)] = true;
-    }
-  }
-  // The culprit last, unless it owes us an answer (then it is presumably dead, and a send
-  // into its full queue could block): a provider error about it (a reset connection, a
-  // failed write) may leave it alive, and it would otherwise learn of the failure only by
-  // timing out on a partner that, failed, no longer answers.
-  if (culprit >= 0 && culprit < size_ && culprit != rank_ && !ping_sent_[static_cast<size_t>(culprit)]) {
-    try {
-      transport_->notify(culprit, codec_.failure(detail, static_cast<uint32_t>(rank_)));
-    } catch (const Error&) {
-      // Gone indeed.
-    }
-  }
-  transport_->wake();
+  transport_->notify(peer, codec_.failure(detail, static_cast<uint32_t>(rank_)));
+}
+
+void Comm::send_failure_ack(int peer) {
+  transport_->notify(peer, codec_.control(kControlFailureAck, static_cast<uint32_t>(rank_)));
+}
+
+void Comm::wake_waiters() {
+  if (transport_) transport_->wake();
   engine_moved_.notify_all();
 }
 
@@ -416,15 +400,6 @@ void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
   }
 }
 
-void Comm::acknowledge_failure_locked(int sender) {
-  knows_of_failure_[static_cast<size_t>(sender)] = true;
-  try {
-    transport_->notify(sender, codec_.control(kControlFailureAck, static_cast<uint32_t>(rank_)));
-  } catch (const Error&) {
-    // The sender is gone; it did not wait for us then.
-  }
-}
-
 // A failed rank whose application leaves at once (pcoll_finalize, exit) could take its
 // failure notices with it: a provider may still hold them (libfabric's rxm buffers a message
 // to a peer it has not connected to yet). Survivors that miss them time out on this rank
@@ -435,11 +410,6 @@ void Comm::linger_after_failure() {
   const auto bound = std::min<Clock::duration>(std::max(std::chrono::milliseconds(1), timeout_ / 2),
                                                std::chrono::seconds(2));
   const auto until = Clock::now() + bound;
-  auto everyone_knows = [this] {
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_ && r != failure_culprit_ && !knows_of_failure_[static_cast<size_t>(r)]) return false;
-    return true;
-  };
   std::array<uint64_t, 64> values{};
   for (;;) {
     {
@@ -452,7 +422,7 @@ void Comm::linger_after_failure() {
       } catch (const Error&) {
         // Errors about the failed peer are expected here; keep delivering to the others.
       }
-      if (everyone_knows() || Clock::now() >= until) return;
+      if (detector_->everyone_knows() || Clock::now() >= until) return;
     }
     transport_->wait(std::chrono::milliseconds(1), transport::Transport::WaitFor::notification);
   }
@@ -462,12 +432,6 @@ void Comm::release_region(std::unique_ptr<transport::LocalRegion> region) {
   if (!region || !failed()) return;
   std::lock_guard lock(engine_mutex_);
   kept_regions_.push_back(std::move(region));
-}
-
-void Comm::check_failed() const {
-  if (!failed_.load(std::memory_order_acquire)) return;
-  std::lock_guard lock(failure_mutex_);
-  throw Error(static_cast<Errc>(failure_code_), failure_reason_);
 }
 
 void Comm::sleep_locked(std::unique_lock<std::mutex>& lock, std::chrono::microseconds timeout) {

@@ -1,4 +1,5 @@
-// The names of the public enums, one table each, in the enums' order.
+// The names of the public enums, one table each, in the enums' order (the modes' is the
+// mode table's, mode_table.cpp).
 #include <collectives/enum_names.hpp>
 
 namespace pcoll {
@@ -7,15 +8,12 @@ namespace {
 constexpr EnumName kDtypes[] = {{PCOLL_FLOAT32, "float32"}, {PCOLL_FLOAT64, "float64"}, {PCOLL_INT32, "int32"},
                                 {PCOLL_INT64, "int64"},     {PCOLL_BFLOAT16, "bfloat16"}, {PCOLL_FLOAT16, "float16"}};
 constexpr EnumName kOps[] = {{PCOLL_OP_SUM, "sum"}, {PCOLL_OP_AVG, "avg"}, {PCOLL_OP_MIN, "min"}, {PCOLL_OP_MAX, "max"}};
-constexpr EnumName kModes[] = {{PCOLL_MODE_SYNC, "sync"}, {PCOLL_MODE_SOLO, "solo"},
-                               {PCOLL_MODE_MAJORITY, "majority"}, {PCOLL_MODE_QUORUM, "quorum"}};
 constexpr EnumName kLate[] = {{PCOLL_LATE_CARRY, "carry"}, {PCOLL_LATE_DROP, "drop"}};
 
 }  // namespace
 
 std::span<const EnumName> dtype_names() { return kDtypes; }
 std::span<const EnumName> op_names() { return kOps; }
-std::span<const EnumName> mode_names() { return kModes; }
 std::span<const EnumName> late_names() { return kLate; }
 
 const char* name_of(std::span<const EnumName> table, int value) {

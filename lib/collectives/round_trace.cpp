@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include <support/error.hpp>
+#include <support/log.hpp>
 
 namespace pcoll {
 namespace {
@@ -84,6 +85,15 @@ std::string RoundTrace::write(const Header& header) const {
   out.close();
   if (!out) fail(Errc::invalid_argument, "cannot write the round trace " + path + " (PCOLL_TRACE)");
   return path;
+}
+
+void TraceObserver::write() noexcept {
+  try {
+    const std::string path = trace_.write(header_);
+    log::debug("round trace of handle " + std::to_string(header_.handle) + " written to " + path);
+  } catch (const std::exception& e) {
+    log::warn(std::string("round trace not written: ") + e.what());
+  }
 }
 
 int64_t estimate_offset(const std::vector<int64_t>& mine, const std::vector<int64_t>& root) {

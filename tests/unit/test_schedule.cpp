@@ -1,10 +1,10 @@
-// Unit tests of the reduction plans (lib/collectives/include/collectives/reduce_plan.hpp): structure rules
-// checked on every plan, and in-memory simulations of P ranks executing their plans with
-// the real kernels, which must leave every rank with the exact (integer) or bitwise
-// identical (float) reduction. The simulations move data chunk by chunk with the plan's
-// own Transfer::chunk, the function the engine (allreduce.cpp) writes and reduces with, so
-// the chunk boundaries checked here are the ones on the wire. Pure logic: no transport
-// involved.
+// Unit tests of the reduction plans (collectives/reduce_plan.hpp) and of the executor that
+// runs them (collectives/plan_executor.hpp): structure rules checked on every plan, and
+// in-memory simulations of P ranks executing their plans with the real kernels, which must
+// leave every rank with the exact (integer) or bitwise identical (float) reduction. The
+// asynchronous simulations drive the engine's own PlanExecutor, chunk by chunk, under every
+// order a network may deliver in, so what they check is the code the engine runs. Pure
+// logic: no transport involved.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 
 #include <collectives/dtype.hpp>
 #include <collectives/notification.hpp>
+#include <collectives/plan_executor.hpp>
 #include <collectives/reduce_kernels.hpp>
 #include <collectives/reduce_plan.hpp>
 #include <support/error.hpp>
@@ -223,327 +225,235 @@ void check_float_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t cou
   }
 }
 
-// Asynchronous execution with random timing, chunk by chunk, under the execution rules of
-// reduce_plan.hpp as the engine keeps them: a rank posts every chunk of its step's send at
-// the start of the step; each chunk is delivered on its own, at a random moment, reading
-// the sender's work buffer and writing the receiver's buffer at delivery time (the worst
-// case for both source reuse and early arrival); the receiver handles arrived chunks in
-// arrival order, reducing one into a range its own send still reads only once all of that
-// send's chunks were delivered; a step ends once every incoming chunk was handled,
-// whether or not its own sends were delivered. Any plan that relies on more ordering than
-// those rules give ends with a wrong integer sum for some seed.
-void check_async_execution(ReduceAlgorithm algorithm, int ranks, std::size_t count,
-                           std::size_t chunk_elems, std::uint64_t seed) {
-  const std::vector<ReducePlan> plans = plans_for(algorithm, ranks, count, chunk_elems);
-  std::vector<SimRank> sim = make_ranks(plans, PCOLL_INT64);
-  std::vector<std::int64_t> expected(count, 0);
-  std::mt19937_64 rng(seed);
-  for (auto& rank : sim) {
-    auto* values = reinterpret_cast<std::int64_t*>(rank.work.data());
-    for (std::size_t i = 0; i < count; ++i) {
-      values[i] = static_cast<std::int64_t>(rng() % 1000);
-      expected[i] += values[i];
+// Ranks executing their plans with the engine's own plan executor (plan_executor.hpp), the
+// code allreduce.cpp drives, over a simulated network that delivers in any order. Each
+// chunk write is delivered on its own, at a random moment: a write above the inject size
+// reads the sender's work buffer at delivery time (the worst case for source reuse), one
+// within it was copied when posted (it completed at once, as on a NIC); settling a rank's
+// writes delivers all of them at once (a flush). The receiver's data lands at delivery
+// time, early or late, in its landing ring or straight in its work buffer; a write into a
+// ring position that still holds an unreduced chunk fails at once. Credits travel the same
+// way. Some data notifications are delivered twice, and must be recognised. A rank joins
+// its next round as soon as it completed one (the engine settles its writes before it
+// overwrites the work buffer, and so does this), for `rounds` rounds; a state where nothing
+// can move before every rank finished is a deadlock. Every rank must end every round with
+// the exact integer sum.
+class SimulatedJob {
+ public:
+  SimulatedJob(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::size_t chunk_elems,
+               std::size_t pool_chunks, int rounds, std::size_t inject_elems, std::uint64_t seed)
+      : count_(count), rounds_(rounds), inject_elems_(inject_elems), rng_(seed) {
+    what_ = describe(algorithm, ranks, count) + " chunk_elems " + std::to_string(chunk_elems) + " pool " +
+            std::to_string(pool_chunks) + " inject " + std::to_string(inject_elems) + " seed " + std::to_string(seed);
+    for (int r = 0; r < ranks; ++r) {
+      ranks_.push_back(std::make_unique<Rank>(
+          *this, static_cast<std::size_t>(r),
+          make_plan(algorithm, ranks, r, count, chunk_elems, pool_chunks)));
     }
   }
-  constexpr std::size_t esize = sizeof(std::int64_t);
-  struct Message {
-    std::size_t from;
-    const Step* step;  // the sender's step
-    std::size_t chunk;
-  };
-  const auto n = static_cast<std::size_t>(ranks);
-  const std::size_t tags = plans[0].tag_count;
-  std::vector<std::size_t> position(n, 0);   // next step of each rank
-  std::vector<bool> issued(n, false);        // current step's send issued
-  std::vector<std::size_t> handled(n, 0);    // current step's arrived chunks handled
-  // [rank][tag]: chunk indices in arrival order, and own send chunks not yet delivered.
-  std::vector<std::vector<std::vector<std::uint32_t>>> arrivals(n, std::vector<std::vector<std::uint32_t>>(tags));
-  std::vector<std::vector<std::size_t>> undelivered(n, std::vector<std::size_t>(tags, 0));
-  std::vector<Message> in_flight;
 
-  const auto current = [&](std::size_t r) -> const Step* {
-    return position[r] < plans[r].steps.size() ? &plans[r].steps[position[r]] : nullptr;
+  void run() {
+    for (auto& rank : ranks_) rank->start();
+    std::size_t idle = 0;  // rank moves in a row that changed nothing, nothing in flight
+    for (;;) {
+      std::vector<Rank*> active;
+      for (auto& rank : ranks_)
+        if (!rank->finished) active.push_back(rank.get());
+      if (active.empty() && in_flight_.empty()) break;
+      const std::size_t pick = rng_() % (in_flight_.size() + active.size());
+      if (pick < in_flight_.size()) {
+        deliver(pick);
+        idle = 0;
+        continue;
+      }
+      const bool moved = active[pick - in_flight_.size()]->step();
+      idle = moved || !in_flight_.empty() ? 0 : idle + 1;
+      if (idle > 4 * active.size()) {
+        // Every rank had several chances and nothing is on the wire: a flow-control deadlock.
+        bool any = false;
+        for (Rank* rank : active) any = rank->step() || any;
+        INFO(what_ << ": rank " << active[0]->rank << " stuck in round " << active[0]->round);
+        REQUIRE(any);
+        idle = 0;
+      }
+    }
+    for (auto& rank : ranks_) {
+      INFO(what_ << ": rank " << rank->rank);
+      REQUIRE(rank->rounds_done == rounds_);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kEsize = sizeof(std::int64_t);
+  struct Message {
+    bool credit = false;
+    std::size_t from = 0, to = 0;
+    const Step* step = nullptr;  // the sender's step (data), the receiver's (credit)
+    std::uint64_t round = 0;
+    Chunk chunk;
+    std::uint32_t credit_chunk = 0;
+    std::vector<std::byte> copy;  // a write within the inject size: its bytes when posted
+    bool copied = false;
+    bool duplicate = false;  // this notification comes twice
   };
-  const auto can_handle_arrival = [&](std::size_t r, const Step& step) {
-    if (!step.receives() || handled[r] >= arrivals[r][step.tag].size()) return false;
-    if (!step.reduces() || !step.sends() || !overlaps(step.send->offset, step.send->count,
-                                                      step.recv->offset, step.recv->count)) {
+
+  struct Rank final : ExecutorPort {
+    Rank(SimulatedJob& job_, std::size_t rank_, ReducePlan plan)
+        : job(job_), rank(rank_), executor(plan, job_.inject_elems_, 0) {
+      work.resize(plan.count * kEsize);
+      landing.assign(plan.landing_elems() * kEsize, std::byte{0x5a});
+      occupied.assign(plan.landing_elems(), 0);
+    }
+    void load_inputs() {
+      auto* values = reinterpret_cast<std::int64_t*>(work.data());
+      for (std::size_t i = 0; i < job.count_; ++i) values[i] = job.input(rank, round, i);
+    }
+    void start() {
+      load_inputs();
+      executor.begin_round();
+    }
+    // One move: run the executor as far as it goes; true if anything happened.
+    bool step() {
+      moved = false;
+      const std::uint64_t before = executor.moves();
+      if (!executor.run(round, *this)) return moved || executor.moves() != before;
+      check_round();
+      executor.end_round(round);
+      if (++rounds_done == job.rounds_) {
+        finished = true;
+      } else {
+        executor.settle(*this);  // as the engine does before a new contribution
+        ++round;
+        load_inputs();
+        executor.begin_round();
+      }
       return true;
     }
-    return undelivered[r][step.tag] == 0;  // the reduced range is still the source of our send
-  };
-  const auto can_finish = [&](std::size_t r, const Step& step) {
-    return (!step.sends() || issued[r]) && (!step.receives() || handled[r] == step.recv->chunk_count());
-  };
-
-  for (;;) {
-    // Enabled actions: 0..in_flight-1 deliver a chunk, then one per rank that can move.
-    std::vector<std::size_t> movable;
-    for (std::size_t r = 0; r < n; ++r) {
-      const Step* step = current(r);
-      if (step == nullptr) continue;
-      if ((step->sends() && !issued[r]) || can_handle_arrival(r, *step) || can_finish(r, *step)) {
-        movable.push_back(r);
-      }
-    }
-    const std::size_t choices = in_flight.size() + movable.size();
-    if (choices == 0) break;
-    const std::size_t pick = rng() % choices;
-    if (pick < in_flight.size()) {
-      const Message m = in_flight[pick];
-      in_flight[pick] = in_flight.back();  // deliveries are unordered anyway
-      in_flight.pop_back();
-      const Transfer& send = *m.step->send;
-      const auto q = static_cast<std::size_t>(m.step->peer);
-      const Chunk chunk = send.chunk(m.chunk);
-      copy_bytes(landing_place(sim[q], send, chunk, esize), sim[m.from].work.data() + chunk.offset * esize,
-                 chunk.count * esize);
-      arrivals[q][m.step->tag].push_back(chunk.index);
-      --undelivered[m.from][m.step->tag];
-      continue;
-    }
-    const std::size_t r = movable[pick - in_flight.size()];
-    const Step& step = *current(r);
-    if (step.sends() && !issued[r]) {
-      issued[r] = true;
-      for (std::size_t i = 0; i < step.send->chunk_count(); ++i) in_flight.push_back(Message{r, &step, i});
-      undelivered[r][step.tag] = step.send->chunk_count();
-    } else if (can_handle_arrival(r, step)) {
-      const std::uint32_t index = arrivals[r][step.tag][handled[r]];
-      INFO(describe(algorithm, ranks, count) << " rank " << r << " tag " << step.tag);
-      REQUIRE(index < step.recv->chunk_count());
-      if (step.reduces()) reduce_chunk(sim[r], *step.recv, step.recv->chunk(index), PCOLL_INT64, PCOLL_OP_SUM);
-      ++handled[r];
-    } else {
-      ++position[r];
-      issued[r] = false;
-      handled[r] = 0;
-    }
-  }
-  for (std::size_t r = 0; r < n; ++r) {
-    INFO("rank " << r);
-    REQUIRE(position[r] == plans[r].steps.size());
-    for (const Step& step : plans[r].steps) {
-      // Exactly the chunks the sender cut, each once.
-      if (step.receives()) CHECK(arrivals[r][step.tag].size() == step.recv->chunk_count());
-    }
-    REQUIRE(same_bytes(sim[r].work.data(), expected.data(), count * esize));
-  }
-}
-
-// Several rounds through bounded landing pools, as the engine runs them (reduce_plan.hpp,
-// Transfer): a chunk that lands in a slot is posted only while its ring position is free
-// by the implicit rule (round t - 2 reduced) or the receiver's credits; a windowed receiver
-// returns credits a quarter ring at a time and when a round's chunks are all reduced;
-// chunks and credits are delivered in any order, each write reading the sender's work
-// buffer and writing the receiver's at delivery time; a rank reduces a chunk of a range it
-// sends only once its own chunk of that range was delivered, and joins the next round only
-// once all its writes were delivered; data for the next round may arrive early. A write
-// into a ring position that still holds an unreduced chunk fails at once; so does a state
-// where nothing can move before every rank finished (a flow-control deadlock).
-void check_pooled_rounds(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::size_t chunk_elems,
-                         std::size_t pool_chunks, int rounds, std::uint64_t seed) {
-  constexpr std::size_t esize = sizeof(std::int64_t);
-  const auto n = static_cast<std::size_t>(ranks);
-  std::vector<ReducePlan> plans;
-  for (int r = 0; r < ranks; ++r) plans.push_back(make_plan(algorithm, ranks, r, count, chunk_elems, pool_chunks));
-  std::vector<SimRank> sim = make_ranks(plans, PCOLL_INT64);
-  std::mt19937_64 rng(seed);
-  const auto input = [&](std::size_t r, int t, std::size_t i) {
-    return static_cast<std::int64_t>((r * 31 + static_cast<std::size_t>(t) * 17 + i * 7) % 1000);
-  };
-  const auto load_inputs = [&](std::size_t r, int t) {
-    auto* values = reinterpret_cast<std::int64_t*>(sim[r].work.data());
-    for (std::size_t i = 0; i < count; ++i) values[i] = input(r, t, i);
-  };
-  const std::size_t tags = plans[0].tag_count;
-  struct RankState {
-    int round = 0;
-    std::size_t position = 0;  // step
-    std::size_t posted = 0;    // chunks of the step's send posted
-    std::vector<std::size_t> undelivered;  // [chunk] of the step's send: 1 until delivered
-    std::size_t writes_in_flight = 0;
-    std::vector<std::uint64_t> credit, sent;  // [tag], as the engine's credit_ / sent_
-    // [parity][tag]: arrived chunks (in order), seen/done bitmaps, handled, prefix, credited
-    struct Arrivals {
-      std::vector<std::uint32_t> order;
-      std::vector<std::uint8_t> seen, done;
-      std::size_t handled = 0, prefix = 0, credited = 0;
-    };
-    std::vector<Arrivals> arrivals[2];
-    std::vector<std::uint8_t> occupied;  // [landing element]: holds an unreduced chunk
-    bool finished = false;
-  };
-  std::vector<RankState> state(n);
-  for (std::size_t r = 0; r < n; ++r) {
-    RankState& st = state[r];
-    st.credit.assign(tags, 0);
-    st.sent.assign(tags, 0);
-    for (auto& parity : st.arrivals) {
-      parity.resize(tags);
-      for (const Step& step : plans[r].steps) {
-        if (!step.receives()) continue;
-        parity[step.tag].seen.assign(step.recv->chunk_count(), 0);
-        parity[step.tag].done.assign(step.recv->chunk_count(), 0);
-      }
-    }
-    st.occupied.assign(plans[r].landing_elems(), 0);
-    load_inputs(r, 0);
-    st.finished = plans[r].steps.empty() && rounds == 1;
-  }
-  struct Message {
-    bool credit;
-    std::size_t from, to;
-    const Step* step;  // the sender's step (data), or the receiver's step (credit)
-    int round;
-    std::size_t chunk;
-    std::uint64_t sequence;  // credit
-  };
-  std::vector<Message> in_flight;
-  const auto current = [&](std::size_t r) -> const Step* {
-    const RankState& st = state[r];
-    return st.position < plans[r].steps.size() ? &plans[r].steps[st.position] : nullptr;
-  };
-  const auto can_post = [&](std::size_t r) {
-    const Step* step = current(r);
-    if (step == nullptr || !step->sends() || state[r].posted == step->send->chunk_count()) return false;
-    const Transfer& send = *step->send;
-    if (send.lands_in_result()) return true;
-    const auto t = static_cast<std::uint64_t>(state[r].round);
-    const std::uint64_t reduced = std::max<std::uint64_t>(t == 0 ? 0 : send.sequence(t - 1, 0), state[r].credit[step->tag]);
-    return send.sequence(t, state[r].posted) < reduced + send.slot_depth;
-  };
-  // An arrived, unhandled chunk this rank can handle now, or -1.
-  const auto handleable = [&](std::size_t r) -> long {
-    const Step* step = current(r);
-    if (step == nullptr || !step->receives()) return -1;
-    const RankState& st = state[r];
-    const auto& arrivals = st.arrivals[st.round & 1][step->tag];
-    for (const std::uint32_t c : arrivals.order) {
-      if (arrivals.done[c]) continue;
-      if (step->reduces() && step->sends() && ranges_overlap(*step->send, *step->recv) &&
-          (c >= st.posted || st.undelivered[c] != 0))
-        continue;
-      return static_cast<long>(c);
-    }
-    return -1;
-  };
-  const auto can_finish_step = [&](std::size_t r) {
-    const Step* step = current(r);
-    if (step == nullptr) return false;
-    const RankState& st = state[r];
-    const bool sent = !step->sends() || st.posted == step->send->chunk_count();
-    const bool received = !step->receives() || st.arrivals[st.round & 1][step->tag].handled == step->recv->chunk_count();
-    return sent && received;
-  };
-  const auto can_next_round = [&](std::size_t r) {
-    const RankState& st = state[r];
-    return !st.finished && current(r) == nullptr && st.writes_in_flight == 0;
-  };
-
-  for (;;) {
-    std::vector<std::size_t> movable;
-    for (std::size_t r = 0; r < n; ++r) {
-      if (can_post(r) || handleable(r) >= 0 || can_finish_step(r) || can_next_round(r)) movable.push_back(r);
-    }
-    const std::size_t choices = in_flight.size() + movable.size();
-    if (choices == 0) break;
-    const std::size_t pick = rng() % choices;
-    if (pick < in_flight.size()) {
-      const Message m = in_flight[pick];
-      in_flight[pick] = in_flight.back();
-      in_flight.pop_back();
-      if (m.credit) {
-        state[m.to].credit[m.step->tag] = std::max(state[m.to].credit[m.step->tag], m.sequence);
-        continue;
-      }
-      const Transfer& send = *m.step->send;
-      const Chunk chunk = send.chunk(m.chunk);
-      RankState& receiver = state[m.to];
-      if (!send.lands_in_result()) {
-        const std::size_t at = send.landing_offset(static_cast<std::uint64_t>(m.round), m.chunk);
-        for (std::size_t e = 0; e < chunk.count; ++e) {
-          INFO(describe(algorithm, ranks, count) << " pool " << pool_chunks << " round " << m.round << " tag "
-                                                 << m.step->tag << " chunk " << m.chunk);
-          REQUIRE_FALSE(receiver.occupied[at + e]);  // a write over an unreduced chunk
-          receiver.occupied[at + e] = 1;
-        }
-      }
-      copy_bytes(landing_place(sim[m.to], send, chunk, esize, static_cast<std::uint64_t>(m.round)),
-                 sim[m.from].work.data() + chunk.offset * esize, chunk.count * esize);
-      auto& arrivals = receiver.arrivals[m.round & 1][m.step->tag];
-      REQUIRE((m.round == receiver.round || m.round == receiver.round + 1));
-      arrivals.seen[m.chunk] = 1;
-      arrivals.order.push_back(static_cast<std::uint32_t>(m.chunk));
-      RankState& sender = state[m.from];
-      --sender.writes_in_flight;
-      if (sender.round == m.round && current(m.from) == m.step) sender.undelivered[m.chunk] = 0;
-      continue;
-    }
-    const std::size_t r = movable[pick - in_flight.size()];
-    RankState& st = state[r];
-    const Step* step = current(r);
-    const long arrived = handleable(r);
-    if (can_post(r)) {
-      if (st.posted == 0) st.undelivered.assign(step->send->chunk_count(), 1);
-      in_flight.push_back(Message{false, r, static_cast<std::size_t>(step->peer), step, st.round, st.posted, 0});
-      ++st.posted;
-      ++st.writes_in_flight;
-      if (!step->send->lands_in_result()) st.sent[step->tag] = step->send->sequence(static_cast<std::uint64_t>(st.round), st.posted);
-    } else if (arrived >= 0) {
-      const auto c = static_cast<std::size_t>(arrived);
-      const Transfer& recv = *step->recv;
-      auto& arrivals = st.arrivals[st.round & 1][step->tag];
-      if (step->reduces()) {
-        reduce_chunk(sim[r], recv, recv.chunk(c), PCOLL_INT64, PCOLL_OP_SUM, static_cast<std::uint64_t>(st.round));
-        const std::size_t at = recv.landing_offset(static_cast<std::uint64_t>(st.round), c);
-        for (std::size_t e = 0; e < recv.chunk(c).count; ++e) st.occupied[at + e] = 0;
-      }
-      arrivals.done[c] = 1;
-      ++arrivals.handled;
-      while (arrivals.prefix < recv.chunk_count() && arrivals.done[arrivals.prefix]) ++arrivals.prefix;
-      const bool all = arrivals.handled == recv.chunk_count();
-      if (recv.windowed() &&
-          (all || arrivals.prefix - arrivals.credited >= std::max<std::size_t>(1, recv.slot_depth / 4))) {
-        arrivals.credited = arrivals.prefix;
-        const auto t = static_cast<std::uint64_t>(st.round);
-        in_flight.push_back(Message{true, r, static_cast<std::size_t>(step->peer), step, st.round, 0,
-                                    all ? recv.sequence(t + 1, 0) : recv.sequence(t, arrivals.prefix)});
-      }
-    } else if (can_finish_step(r)) {
-      ++st.position;
-      st.posted = 0;
-    } else {
-      // The round is complete here: exact sum of every rank's inputs of this round.
-      auto* values = reinterpret_cast<const std::int64_t*>(sim[r].work.data());
-      for (std::size_t i = 0; i < count; ++i) {
+    void check_round() {
+      const auto* values = reinterpret_cast<const std::int64_t*>(work.data());
+      for (std::size_t i = 0; i < job.count_; ++i) {
         std::int64_t want = 0;
-        for (std::size_t q = 0; q < n; ++q) want += input(q, st.round, i);
-        INFO(describe(algorithm, ranks, count) << " pool " << pool_chunks << " rank " << r << " round " << st.round
-                                               << " element " << i);
+        for (std::size_t q = 0; q < job.ranks_.size(); ++q) want += job.input(q, round, i);
+        INFO(job.what_ << ": rank " << rank << " round " << round << " element " << i);
         REQUIRE(values[i] == want);
       }
-      for (auto& arrivals : st.arrivals[st.round & 1]) {
-        for (const std::uint32_t c : arrivals.order) arrivals.seen[c] = arrivals.done[c] = 0;
-        arrivals.order.clear();
-        arrivals.handled = arrivals.prefix = arrivals.credited = 0;
+    }
+    // ExecutorPort
+    void write_chunk(const Step& s, const Chunk& chunk, std::uint64_t r) override {
+      moved = true;
+      Message m;
+      m.from = rank;
+      m.to = static_cast<std::size_t>(s.peer);
+      m.step = &s;
+      m.round = r;
+      m.chunk = chunk;
+      if (chunk.count <= job.inject_elems_) {
+        m.copied = true;
+        m.copy.assign(work.begin() + static_cast<std::ptrdiff_t>(chunk.offset * kEsize),
+                      work.begin() + static_cast<std::ptrdiff_t>((chunk.offset + chunk.count) * kEsize));
       }
-      if (st.round + 1 == rounds) {
-        st.finished = true;
-      } else {
-        ++st.round;
-        st.position = 0;
-        st.posted = 0;
-        load_inputs(r, st.round);
+      m.duplicate = job.rng_() % 8 == 0;
+      job.in_flight_.push_back(std::move(m));
+    }
+    void reduce_chunk(const Step& s, const Chunk& chunk, std::uint64_t r, bool) override {
+      moved = true;
+      const std::size_t at = s.recv->landing_offset(r, chunk.index);
+      for (std::size_t e = 0; e < chunk.count; ++e) {
+        INFO(job.what_ << ": rank " << rank << " reduces round " << r << " tag " << s.tag << " chunk " << chunk.index);
+        REQUIRE(occupied[at + e]);  // reduced only after it landed
+        occupied[at + e] = 0;
       }
+      reduce_into(PCOLL_INT64, PCOLL_OP_SUM, work.data() + chunk.offset * kEsize, landing.data() + at * kEsize,
+                  chunk.count);
+    }
+    void send_credit(const Step& s, std::uint64_t r, std::uint32_t chunk) override {
+      moved = true;
+      Message m;
+      m.credit = true;
+      m.from = rank;
+      m.to = static_cast<std::size_t>(s.peer);
+      m.step = &s;
+      m.round = r;
+      m.credit_chunk = chunk;
+      job.in_flight_.push_back(std::move(m));
+    }
+    void settle_writes() override { job.deliver_writes_of(rank); }
+
+    SimulatedJob& job;
+    std::size_t rank;
+    PlanExecutor executor;
+    std::vector<std::byte> work, landing;
+    std::vector<std::uint8_t> occupied;  // [landing element]: holds an unreduced chunk
+    std::uint64_t round = 0;
+    int rounds_done = 0;
+    bool finished = false;
+    bool moved = false;
+  };
+
+  std::int64_t input(std::size_t r, std::uint64_t t, std::size_t i) const {
+    return static_cast<std::int64_t>((r * 31 + t * 17 + i * 7) % 1000);
+  }
+
+  void deliver(std::size_t index) {
+    Message m = std::move(in_flight_[index]);
+    in_flight_[index] = std::move(in_flight_.back());
+    in_flight_.pop_back();
+    Rank& to = *ranks_[m.to];
+    if (m.credit) {
+      to.executor.on_credit(m.round, m.step->tag, m.credit_chunk);
+      return;
+    }
+    const Transfer& send = *m.step->send;
+    const Chunk& chunk = m.chunk;
+    std::byte* place = nullptr;
+    if (send.lands_in_result()) {
+      place = to.work.data() + chunk.offset * kEsize;
+    } else {
+      const std::size_t at = send.landing_offset(m.round, chunk.index);
+      for (std::size_t e = 0; e < chunk.count; ++e) {
+        INFO(what_ << ": round " << m.round << " tag " << m.step->tag << " chunk " << chunk.index << " from rank "
+                   << m.from);
+        REQUIRE_FALSE(to.occupied[at + e]);  // a write over a chunk not reduced yet
+        to.occupied[at + e] = 1;
+      }
+      place = to.landing.data() + at * kEsize;
+    }
+    const std::byte* source = m.copied ? m.copy.data() : ranks_[m.from]->work.data() + chunk.offset * kEsize;
+    copy_bytes(place, source, chunk.count * kEsize);
+    {
+      INFO(what_ << ": data of round " << m.round << " at rank " << m.to << " in round " << to.round);
+      REQUIRE((m.round == to.round || m.round == to.round + 1));
+      CHECK(to.executor.on_data(m.round, to.round, m.step->tag, chunk.index));
+      if (m.duplicate) CHECK_FALSE(to.executor.on_data(m.round, to.round, m.step->tag, chunk.index));
     }
   }
-  for (std::size_t r = 0; r < n; ++r) {
-    INFO(describe(algorithm, ranks, count) << " pool " << pool_chunks << " seed " << seed << ": rank " << r
-                                           << " stopped in round " << state[r].round << " at step "
-                                           << state[r].position);
-    REQUIRE(state[r].finished);
+
+  // A flush: every data write this rank posted is delivered now.
+  void deliver_writes_of(std::size_t rank) {
+    for (std::size_t i = in_flight_.size(); i-- > 0;)
+      if (!in_flight_[i].credit && in_flight_[i].from == rank) deliver(i);
   }
+
+  std::size_t count_;
+  int rounds_;
+  std::size_t inject_elems_;
+  std::mt19937_64 rng_;
+  std::string what_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<Message> in_flight_;
+};
+
+void check_async_execution(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::size_t chunk_elems,
+                           std::uint64_t seed) {
+  // Writes that read their source at delivery, and writes copied when posted.
+  for (const std::size_t inject : {std::size_t{0}, std::size_t{1} << 30})
+    SimulatedJob(algorithm, ranks, count, chunk_elems, kUnboundedPool, 1, inject, seed).run();
+}
+
+void check_pooled_rounds(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::size_t chunk_elems,
+                         std::size_t pool_chunks, int rounds, std::uint64_t seed) {
+  for (const std::size_t inject : {std::size_t{0}, std::size_t{2}})
+    SimulatedJob(algorithm, ranks, count, chunk_elems, pool_chunks, rounds, inject, seed).run();
 }
 
 }  // namespace
@@ -858,7 +768,7 @@ TEST_CASE("bounded landing pools: rounds stay exact, no ring position is overwri
     for (const int ranks : {2, 3, 4, 5, 6, 8}) {
       for (const std::size_t count : {std::size_t{1}, std::size_t{40}, std::size_t{97}}) {
         // One chunk per ring position up to rings far larger than a round.
-        for (const std::size_t pool_chunks : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{64}}) {
+        for (const std::size_t pool_chunks : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{8}, std::size_t{64}}) {
           for (std::uint64_t seed = 1; seed <= 3; ++seed) {
             CAPTURE(seed);
             check_pooled_rounds(algorithm, ranks, count, 4, pool_chunks, 4, seed);

@@ -1,7 +1,8 @@
 // The communicator: one bootstrap, one transport endpoint connected to every rank, one
 // progress engine (a thread that blocks on the transport's wait object when idle) and the
 // persistent allreduce handles created on it. It routes arriving notifications to the
-// handle they belong to and turns a dead or silent peer into an error on every rank.
+// handle they belong to, and through its failure detector (failure_detector.hpp) turns a
+// dead or silent peer into an error on every rank.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,7 @@
 
 #include <bootstrap/bootstrap.hpp>
 #include <collectives/agreement.hpp>
+#include <collectives/failure_detector.hpp>
 #include <collectives/notification.hpp>
 #include <support/error.hpp>
 #include <transport/progress_driver.hpp>
@@ -32,7 +34,7 @@ class Allreduce;
 using TransportFactory =
     std::function<std::unique_ptr<transport::Transport>(const transport::Options& options)>;
 
-class Comm {
+class Comm final : private PeerNotices {
  public:
   Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport);
   ~Comm();
@@ -87,14 +89,11 @@ class Comm {
   // would fail this rank's finalize barrier or skip the bootstrap's final barrier. Failure
   // notices from other ranks and unanswered pings still fail it, so a rank that dies while
   // the others leave is still named.
-  void begin_leaving() {
-    heartbeat_on_.store(false, std::memory_order_relaxed);
-    leaving_.store(true, std::memory_order_release);
-  }
-  bool is_leaving() const { return leaving_.load(std::memory_order_acquire); }
+  void begin_leaving() { detector_->begin_leaving(); }
+  bool is_leaving() const { return detector_->is_leaving(); }
 
   // Marks the communicator failed (first reason wins), tells every peer, wakes waiters.
-  void mark_failed(int culprit, const std::string& reason);
+  void mark_failed(int culprit, const std::string& reason) { detector_->mark_failed(culprit, reason); }
   // With the engine lock held, for an error this rank's own operation hit (a post that
   // timed out, a failed write): fails the communicator and throws. A failure another rank
   // already reported, sitting undelivered in `undelivered` or in the transport, is the
@@ -104,14 +103,14 @@ class Comm {
   [[noreturn]] void fail_locked(const Error& error, std::span<const uint64_t> undelivered = {},
                                 std::optional<int> culprit = std::nullopt);
   // Throws the failure, if any.
-  void check_failed() const;
+  void check_failed() const { detector_->check_failed(); }
   // A handle's registered memory, as the handle goes (engine lock not held): freed, unless
   // the communicator has failed. Then it is kept until the communicator is destroyed,
   // after linger_after_failure: peers that have not heard of the failure yet may still
   // import its key (UCX 1.13 crashes unpacking the key of shared memory that is gone) or
   // write into it.
   void release_region(std::unique_ptr<transport::LocalRegion> region);
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failed() const { return detector_->failed(); }
 
   // Sleeps (engine lock held by `lock`, released while asleep) until the progress thread
   // has moved the engine on, a failure was recorded, or `timeout` passed. Used by an
@@ -134,11 +133,36 @@ class Comm {
   bool yield_when_spinning() const { return yield_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  // Setup, in this order (the constructor).
+  struct Setup;
+  void read_settings(Setup& setup);
+  void open_transport(Setup& setup, const TransportFactory& make_transport);
+  void agree_notification_width(const Setup& setup);
+  void connect_ranks(Setup& setup);
+  void start_engine(const Setup& setup);
+
   // The progress thread's work; returns how soon a handle needs the engine again by the
   // clock alone (a quorum round's grace).
   std::chrono::microseconds progress_hook();
   void dispatch_locked(uint64_t value);
+  void dispatch_control_locked(const Notice& notice);
+  void dispatch_failure_locked(const Notice& notice);
   void heartbeat_locked(std::chrono::steady_clock::time_point now);
+  // Engine lock held, the communicator failing or failed: dispatches the failure notices
+  // and their acknowledgements among `values` (a malformed one is logged and skipped) and
+  // drops the rest, which nothing reads any more.
+  void take_failure_news_locked(std::span<const uint64_t> values);
+  // In the destructor of a failed communicator: delivers our failure notices (answers
+  // theirs) until every peer but the culprit knows, or a bounded time passed.
+  void linger_after_failure();
+
+  // PeerNotices: what the failure detector sends.
+  void send_ping(int peer) override;
+  void send_pong(int peer) override;
+  void send_failure(int peer, int culprit) override;
+  void send_failure_ack(int peer) override;
+  void wake_waiters() override;
 
   std::unique_ptr<bootstrap::Bootstrap> boot_;
   int rank_ = 0;
@@ -148,13 +172,9 @@ class Comm {
   NoticeCodec codec_;
   std::unique_ptr<transport::Transport> transport_;
   std::chrono::milliseconds timeout_{30000};
-  // Liveness per peer: when our oldest unanswered ping was sent, and when we last heard.
-  using Clock = std::chrono::steady_clock;
-  std::vector<std::optional<Clock::time_point>> ping_sent_;
-  std::vector<Clock::time_point> last_pong_;
-  std::atomic<bool> heartbeat_on_{false};  // from the end of setup to pcoll_finalize
   std::chrono::microseconds spin_budget_{50};
   bool yield_ = false;
+  std::unique_ptr<FailureDetector> detector_;
 
   std::mutex engine_mutex_;
   std::condition_variable engine_moved_;  // the progress thread changed the engine's state
@@ -168,26 +188,6 @@ class Comm {
   };
   std::vector<HandleSlot> slots_;
   std::deque<uint32_t> free_slots_;
-
-  std::atomic<bool> failed_{false};
-  std::atomic<bool> leaving_{false};
-  mutable std::mutex failure_mutex_;
-  std::string failure_reason_;
-  int failure_code_ = 0;
-  // Who knows of the failure (engine lock): peers that acknowledged our failure notice or
-  // sent us one. A failed rank lingers in its destructor until all but the culprit do.
-  int failure_culprit_ = -1;
-  std::vector<bool> knows_of_failure_;
-
-  // Engine lock held, the communicator failing or failed: dispatches the failure notices
-  // and their acknowledgements among `values` (a malformed one is logged and skipped) and
-  // drops the rest, which nothing reads any more.
-  void take_failure_news_locked(std::span<const uint64_t> values);
-  // Engine lock held: a failure notice came from `sender`; acknowledge it.
-  void acknowledge_failure_locked(int sender);
-  // In the destructor of a failed communicator: delivers our failure notices (answers
-  // theirs) until every peer but the culprit knows, or a bounded time passed.
-  void linger_after_failure();
 
   std::unique_ptr<Agreement> agreement_;
   // Handle memory kept after its handle went, on a failed communicator (release_region);

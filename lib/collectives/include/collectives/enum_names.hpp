@@ -19,7 +19,7 @@ struct EnumName {
 
 std::span<const EnumName> dtype_names();
 std::span<const EnumName> op_names();
-std::span<const EnumName> mode_names();
+std::span<const EnumName> mode_names();  // mode_table.cpp
 std::span<const EnumName> late_names();
 
 // The name of `value`, or nullptr when the table has none.

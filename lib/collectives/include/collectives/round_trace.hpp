@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <collectives/round_observer.hpp>
+
 namespace pcoll {
 
 enum class TraceEvent : uint8_t {
@@ -61,6 +63,44 @@ class RoundTrace {
   int64_t clock_skew_ns_;
   std::vector<Event> events_;
   uint64_t next_ = 0;  // events added so far
+};
+
+// The round trace as an observer of the handle's rounds: each event a RoundTrace entry.
+class TraceObserver final : public RoundObserver {
+ public:
+  TraceObserver(std::string directory, int64_t clock_skew_ns, RoundTrace::Header header)
+      : trace_(std::move(directory), clock_skew_ns), header_(std::move(header)) {}
+  RoundTrace& trace() { return trace_; }
+  void set_clock_offset(int64_t ns) { header_.clock_offset_ns = ns; }
+  // Writes the file; a failure is logged, never thrown (the handle is going away).
+  void write() noexcept;
+
+  void posted(uint64_t round, bool engine_joined) override { trace_.add(TraceEvent::post, round, engine_joined ? 1 : 0); }
+  void flush_posted(uint64_t round) override { trace_.add(TraceEvent::post_flush, round); }
+  void arrival_counted(uint64_t round, uint64_t arrived) override {
+    trace_.add(TraceEvent::arrival, round, static_cast<int32_t>(arrived));
+  }
+  void activation_sent(uint64_t round, int root) override { trace_.add(TraceEvent::activation_sent, round, root); }
+  void activation_received(uint64_t round, int root) override {
+    trace_.add(TraceEvent::activation_received, round, root);
+  }
+  void joined(uint64_t round, bool fresh, bool, bool) override { trace_.add(TraceEvent::join, round, fresh ? 1 : 0); }
+  void step_started(uint64_t round, size_t step) override {
+    trace_.add(TraceEvent::step_start, round, static_cast<int32_t>(step));
+  }
+  void step_ended(uint64_t round, size_t step) override {
+    trace_.add(TraceEvent::step_end, round, static_cast<int32_t>(step));
+  }
+  void completed(const RoundInfo& info, bool, bool, bool) override {
+    trace_.add(TraceEvent::complete, info.round, info.initiator, info.fresh);
+  }
+  void delivered(uint64_t round, bool caller_late) override {
+    trace_.add(TraceEvent::deliver, round, caller_late ? 1 : 0);
+  }
+
+ private:
+  RoundTrace trace_;
+  RoundTrace::Header header_;
 };
 
 // Median of `mine[k] - root[k]`: the clock offset of a rank against rank 0 from timestamps

@@ -1,0 +1,171 @@
+// The memory of one handle: contributions, carry, results (handle_memory.hpp).
+#include <collectives/handle_memory.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include <collectives/dtype.hpp>
+#include <collectives/handle_spec.hpp>
+#include <collectives/reduce_kernels.hpp>
+#include <support/error.hpp>
+
+namespace pcoll {
+namespace {
+
+// Elements converted at a time when a result is handed over in place.
+constexpr size_t kScratchElems = 16384;
+
+double flag_mark(pcoll_op_t op) { return op == PCOLL_OP_MIN ? -1.0 : 1.0; }
+
+void store_flag(pcoll_dtype_t acc_dtype, std::byte* at, double value) {
+  switch (acc_dtype) {
+    case PCOLL_FLOAT32: { const float v = static_cast<float>(value); std::memcpy(at, &v, sizeof v); break; }
+    case PCOLL_FLOAT64: std::memcpy(at, &value, sizeof value); break;
+    case PCOLL_INT32: { const auto v = static_cast<int32_t>(value); std::memcpy(at, &v, sizeof v); break; }
+    case PCOLL_INT64: { const auto v = static_cast<int64_t>(value); std::memcpy(at, &v, sizeof v); break; }
+    default: fail(Errc::internal, "no flag encoding for the accumulation type");
+  }
+}
+
+// Carries accumulate sums for avg: the division by P happens once, in the result.
+pcoll_op_t carry_op(pcoll_op_t op) { return op == PCOLL_OP_AVG ? PCOLL_OP_SUM : op; }
+
+bool overlap(const void* a, const void* b, size_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return bytes != 0 && x < y + bytes && y < x + bytes;
+}
+
+}  // namespace
+
+bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at) {
+  switch (acc_dtype) {
+    case PCOLL_FLOAT32: { float v; std::memcpy(&v, at, sizeof v); return v != 0.0f; }
+    case PCOLL_FLOAT64: { double v; std::memcpy(&v, at, sizeof v); return v != 0.0; }
+    case PCOLL_INT32: { int32_t v; std::memcpy(&v, at, sizeof v); return v != 0; }
+    case PCOLL_INT64: { int64_t v; std::memcpy(&v, at, sizeof v); return v != 0; }
+    default: return false;
+  }
+}
+
+HandleMemory::HandleMemory(transport::Transport& transport, const HandleSpec& spec, int rank, int ranks,
+                           size_t landing_elems, size_t counter_words, WriteSettler& settler)
+    : spec_(spec), rank_(rank), ranks_(ranks), settler_(settler) {
+  acc_dtype_ = accumulation_dtype(spec.dtype);
+  acc_elem_bytes_ = wire_element_bytes(spec.dtype);
+  user_elem_bytes_ = element_bytes(spec.dtype);
+  total_elems_ = spec.count + 2 * static_cast<size_t>(ranks);
+  // Registered: what peers write into, the work buffer and the landing pool (and what a
+  // mode counts with). The carry and late callers' results need no registration.
+  work_bytes_ = (acc_bytes(total_elems_) + 63) / 64 * 64;
+  landing_bytes_ = (acc_bytes(landing_elems) + 63) / 64 * 64;
+  region_ = transport.allocate(work_bytes_ + landing_bytes_ + counter_words * sizeof(uint64_t));
+  // Room to hand a result over in place (recvbuf == sendbuf) a piece at a time.
+  scratch_.resize(acc_bytes(std::min(spec.count, kScratchElems)));
+  ring_.resize(static_cast<size_t>(spec.opts.max_lag) + 2);
+  late_by_round_.assign(ring_.size(), false);
+}
+
+void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated) {
+  settler_.settle_writes_from_work();
+  std::byte* acc = work();
+  const size_t count = spec_.count;
+  if (sendbuf != nullptr) {
+    if (carry_in_work_) reduce_user_into(spec_.dtype, carry_op(spec_.op), acc, sendbuf, count);
+    else to_accumulator(spec_.dtype, sendbuf, acc, count);
+  } else if (!carry_in_work_) {
+    fill_identity(spec_.dtype, spec_.op, acc, count);
+  }
+  if (!spill_.empty()) {
+    reduce_into(spec_.dtype, spec_.op, acc, spill_.data(), count);
+    std::vector<std::byte>().swap(spill_);
+  }
+  carry_in_work_ = false;
+  holds_ = Holds::round;
+  early_delivered_ = 0;
+  std::byte* flags = acc + acc_bytes(count);
+  const auto ranks = static_cast<size_t>(ranks_);
+  std::memset(flags, 0, acc_bytes(2 * ranks));
+  const double mark = flag_mark(spec_.op);
+  const auto rank = static_cast<size_t>(rank_);
+  if (fresh) store_flag(acc_dtype_, flags + acc_bytes(rank), mark);
+  if (initiated) store_flag(acc_dtype_, flags + acc_bytes(ranks + rank), mark);
+}
+
+void HandleMemory::deliver_early(void* recvbuf, const void* pending_late, size_t first, size_t elems) {
+  if (recvbuf == nullptr) return;
+  // A late sendbuf in the same memory still has to go into the carry at completion.
+  if (pending_late != nullptr && overlap(pending_late, recvbuf, user_elem_bytes_ * spec_.count)) return;
+  if (first >= spec_.count) return;  // the flag elements stay in the work buffer
+  const size_t n = std::min(elems, spec_.count - first);
+  from_accumulator(spec_.dtype, spec_.op, ranks_, work() + acc_bytes(first),
+                   static_cast<std::byte*>(recvbuf) + user_elem_bytes_ * first, n);
+  early_delivered_ += n;
+}
+
+void HandleMemory::hand_over_result(void* recvbuf, const void* late_sendbuf) {
+  const size_t count = spec_.count;
+  if (spec_.opts.late == PCOLL_LATE_DROP) late_sendbuf = nullptr;
+  auto* out = static_cast<std::byte*>(recvbuf);
+  const auto* in = static_cast<const std::byte*>(late_sendbuf);
+  if (late_sendbuf != nullptr && count > 0) settler_.settle_writes_from_work();  // the carry overwrites it
+  if (late_sendbuf == nullptr || count == 0) {
+    if (out != nullptr && early_delivered_ != count) from_accumulator(spec_.dtype, spec_.op, ranks_, work(), out, count);
+  } else if (!overlap(in, out, user_elem_bytes_ * count)) {
+    if (out != nullptr && early_delivered_ != count) from_accumulator(spec_.dtype, spec_.op, ranks_, work(), out, count);
+    to_accumulator(spec_.dtype, late_sendbuf, work(), count);
+  } else {
+    const size_t piece = scratch_.size() / acc_elem_bytes_;
+    for (size_t first = 0; first < count; first += piece) {
+      const size_t n = std::min(piece, count - first);
+      to_accumulator(spec_.dtype, in + user_elem_bytes_ * first, scratch_.data(), n);
+      from_accumulator(spec_.dtype, spec_.op, ranks_, work() + acc_bytes(first), out + user_elem_bytes_ * first, n);
+      std::memcpy(work() + acc_bytes(first), scratch_.data(), acc_bytes(n));
+    }
+  }
+  carry_in_work_ = late_sendbuf != nullptr && count > 0;
+  holds_ = Holds::carry;
+}
+
+void HandleMemory::move_result_out(uint64_t round) {
+  Completed& slot = completed(round);
+  slot.result.resize(user_elem_bytes_ * spec_.count);
+  from_accumulator(spec_.dtype, spec_.op, ranks_, work(), slot.result.data(), spec_.count);
+  carry_in_work_ = false;
+  holds_ = Holds::carry;
+}
+
+void HandleMemory::hand_over_moved(uint64_t round, void* recvbuf, const void* late_sendbuf) {
+  Completed& moved = completed(round);
+  if (moved.result.size() != user_elem_bytes_ * spec_.count)
+    fail(Errc::internal, "result of round " + std::to_string(round) + " is neither buffered nor in the work buffer");
+  add_to_carry(late_sendbuf);  // first: recvbuf may be the sendbuf
+  if (recvbuf != nullptr && !moved.result.empty()) std::memcpy(recvbuf, moved.result.data(), moved.result.size());
+  std::vector<std::byte>().swap(moved.result);
+}
+
+void HandleMemory::add_to_carry(const void* sendbuf) {
+  if (spec_.opts.late == PCOLL_LATE_DROP || spec_.count == 0) return;
+  const size_t count = spec_.count;
+  if (holds_ == Holds::carry) {
+    settler_.settle_writes_from_work();
+    if (carry_in_work_) reduce_user_into(spec_.dtype, carry_op(spec_.op), work(), sendbuf, count);
+    else to_accumulator(spec_.dtype, sendbuf, work(), count);
+    carry_in_work_ = true;
+    return;
+  }
+  if (spill_.empty()) {
+    spill_.resize(acc_bytes(count));
+    to_accumulator(spec_.dtype, sendbuf, spill_.data(), count);
+  } else {
+    reduce_user_into(spec_.dtype, carry_op(spec_.op), spill_.data(), sendbuf, count);
+  }
+}
+
+uint64_t HandleMemory::memory_bytes() const {
+  uint64_t bytes = registered_bytes() + scratch_.size() + spill_.capacity();
+  for (const Completed& slot : ring_) bytes += slot.result.capacity();
+  return bytes;
+}
+
+}  // namespace pcoll

@@ -1,0 +1,146 @@
+// The memory of one handle (docs/design.md, "Memory of a handle"): the registered region
+// (work buffer, landing pool, the mode's counter words) and what lives beside it only while
+// needed: the carry that did not fit the work buffer (spill), results the application has
+// not collected while the engine needs the work buffer (the result ring), and the scratch
+// of an in-place hand-over.
+//
+// The work buffer holds count + 2P accumulation elements: the contribution and, as the plan
+// runs, the partial and final result, then P fresh flags and P initiator flags reduced with
+// the same op as the data. Between rounds it holds this rank's carry or a result not yet
+// handed over (holds()). Engine lock held for every call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <collectives/round_info.hpp>
+#include <pcoll/pcoll.h>
+#include <transport/transport.hpp>
+
+namespace pcoll {
+
+struct HandleSpec;
+
+// Called before the work buffer is overwritten: writes still in flight may read it.
+class WriteSettler {
+ public:
+  virtual ~WriteSettler() = default;
+  virtual void settle_writes_from_work() = 0;
+};
+
+class HandleMemory {
+ public:
+  // What the work buffer holds between and during rounds.
+  enum class Holds {
+    carry,   // this rank's carry (has_carry()), or nothing
+    round,   // the active round's contribution, partial and final result
+    result,  // the result of the last completed round, not yet handed to the application
+  };
+  // A completed round's info and, once moved out of the work buffer, its result (user type).
+  struct Completed {
+    uint64_t round = UINT64_MAX;
+    RoundInfo info;
+    std::vector<std::byte> result;
+  };
+
+  // Registers work buffer, landing pool (`landing_elems` accumulation elements) and
+  // `counter_words` 64-bit words, zeroed, with `transport`.
+  HandleMemory(transport::Transport& transport, const HandleSpec& spec, int rank, int ranks, size_t landing_elems,
+               size_t counter_words, WriteSettler& settler);
+
+  transport::LocalRegion& region() const { return *region_; }
+  std::unique_ptr<transport::LocalRegion> release_region() { return std::move(region_); }
+  std::byte* work() const { return region_->bytes().data(); }
+  std::byte* landing() const { return work() + work_bytes_; }
+  size_t work_bytes() const { return work_bytes_; }
+  size_t landing_bytes() const { return landing_bytes_; }
+  size_t counters_offset() const { return work_bytes_ + landing_bytes_; }
+  size_t acc_bytes(size_t elems) const { return elems * acc_elem_bytes_; }
+  size_t total_elems() const { return total_elems_; }
+  Holds holds() const { return holds_; }
+  bool has_carry() const { return carry_in_work_ || !spill_.empty(); }
+
+  // The result ring: max_lag + 2 completed rounds.
+  Completed& completed(uint64_t round) { return ring_[round % ring_.size()]; }
+  size_t ring_size() const { return ring_.size(); }
+  void set_late(uint64_t round, bool late) { late_by_round_[round % late_by_round_.size()] = late; }
+  bool late(uint64_t round) const { return late_by_round_[round % late_by_round_.size()]; }
+
+  // Joining a round: the work buffer becomes carry + `sendbuf` (fresh; nullptr: late, or a
+  // flush), the spilled carry folded in, and this rank's flags set.
+  void contribute(const void* sendbuf, bool fresh, bool initiated);
+  // The round completed: the work buffer holds its result.
+  void round_completed() { holds_ = Holds::result; }
+  // Reads the flags of the completed round in the work buffer into `info` (round number,
+  // fresh count and mask); calls `initiated(rank)` for each rank whose initiator flag is set.
+  template <typename OnInitiator>
+  void read_flags(RoundInfo& info, OnInitiator&& initiated) const;
+
+  // Final values of elements [first, first + elems) are in the work buffer: converted into
+  // `recvbuf` now, while in cache, unless `recvbuf` is the late sendbuf still to be carried.
+  void deliver_early(void* recvbuf, const void* pending_late, size_t first, size_t elems);
+  // The work buffer holds the last completed round's result: converted into `recvbuf` (what
+  // deliver_early has not written yet), and the work buffer becomes the carry, with
+  // `late_sendbuf` in it if the application posted that round late. recvbuf may be
+  // late_sendbuf: each piece of the sendbuf is then read before its result is written.
+  void hand_over_result(void* recvbuf, const void* late_sendbuf);
+  // The engine needs the work buffer while the application has not collected the result of
+  // `round` (max_lag >= 2 allows it): that result moves into its ring slot.
+  void move_result_out(uint64_t round);
+  // A result moved out earlier is handed to the application: `late_sendbuf` goes into the
+  // carry first (recvbuf may be it), then the result into `recvbuf`, and its buffer goes.
+  void hand_over_moved(uint64_t round, void* recvbuf, const void* late_sendbuf);
+  // A late sendbuf whose round is over: into the carry, in the work buffer when that holds
+  // the carry, else spilled until the next join.
+  void add_to_carry(const void* late_sendbuf);
+
+  // Bytes held now: registered, scratch, spilled carry, moved results.
+  uint64_t memory_bytes() const;
+  uint64_t registered_bytes() const { return region_ ? region_->bytes().size() : 0; }
+
+ private:
+  const HandleSpec& spec_;
+  int rank_;
+  int ranks_;
+  WriteSettler& settler_;
+  pcoll_dtype_t acc_dtype_;
+  size_t acc_elem_bytes_ = 0;
+  size_t user_elem_bytes_ = 0;
+  size_t total_elems_ = 0;  // count + 2P flag elements (fresh, initiator)
+  size_t work_bytes_ = 0;
+  size_t landing_bytes_ = 0;
+  std::unique_ptr<transport::LocalRegion> region_;
+  Holds holds_ = Holds::carry;
+  bool carry_in_work_ = false;      // the work buffer holds a carry that is not empty
+  std::vector<std::byte> spill_;    // carry that arrived while the work buffer was busy (accumulation type)
+  std::vector<std::byte> scratch_;  // a few chunks, for handing over a result in place
+  size_t early_delivered_ = 0;      // elements already in the posted recvbuf this round
+  std::vector<Completed> ring_;
+  std::vector<bool> late_by_round_;
+};
+
+// Flag element value: op(mark, 0) must be the mark and op(0, 0) zero, for every op.
+bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at);
+
+template <typename OnInitiator>
+void HandleMemory::read_flags(RoundInfo& info, OnInitiator&& initiated) const {
+  const size_t count = total_elems_ - 2 * static_cast<size_t>(ranks_);
+  const std::byte* flags = work() + acc_bytes(count);
+  info.fresh = 0;
+  info.initiator = -1;
+  info.fresh_mask.assign((static_cast<size_t>(ranks_) + 63) / 64, 0);
+  for (int r = 0; r < ranks_; ++r) {
+    if (load_flag(acc_dtype_, flags + acc_bytes(static_cast<size_t>(r)))) {
+      info.fresh_mask[static_cast<size_t>(r) / 64] |= uint64_t{1} << (r % 64);
+      ++info.fresh;
+    }
+    if (load_flag(acc_dtype_, flags + acc_bytes(static_cast<size_t>(ranks_ + r)))) {
+      initiated(r);
+      if (info.initiator < 0) info.initiator = r;
+    }
+  }
+}
+
+}  // namespace pcoll

@@ -1,0 +1,29 @@
+// majority (eager-SGD): one initiator per round, drawn from the seed every rank shares
+// (activation.hpp: majority_initiator); only it may start the round, once its application
+// posted it. In expectation half of the ranks have posted by then.
+#include <collectives/activation.hpp>
+#include <collectives/mode_table.hpp>
+
+namespace pcoll {
+namespace {
+
+class MajorityPolicy final : public StartPolicy {
+ public:
+  using StartPolicy::StartPolicy;
+  bool starts(uint64_t round, PolicyClock::time_point) override { return drawn(round) == context().rank; }
+  int awaited_initiator(uint64_t round) const override { return drawn(round); }
+  bool may_initiate(uint64_t round, int rank) const override { return rank == drawn(round); }
+
+ private:
+  int drawn(uint64_t round) const {
+    return activation::majority_initiator(context().opts.seed, context().handle, round, context().size);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<StartPolicy> make_majority_policy(const PolicyContext& context) {
+  return std::make_unique<MajorityPolicy>(context);
+}
+
+}  // namespace pcoll
