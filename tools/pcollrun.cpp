@@ -32,6 +32,7 @@
 #include <support/error.hpp>
 #include <support/fd.hpp>
 #include <support/settings.hpp>
+#include <support/shm_names.hpp>
 
 extern char** environ;
 
@@ -389,6 +390,8 @@ class Launcher {
         Rank& rank = ranks_[r];
         if (rank.pid != pid || !rank.running) continue;
         rank.running = false;
+        // A rank killed by a signal could not unlink its files in /dev/shm.
+        pcoll::shm_names::remove_of_process(pid);
         int code = 0;
         std::string how;
         if (WIFEXITED(status)) {

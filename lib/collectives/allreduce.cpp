@@ -18,6 +18,7 @@
 #include <collectives/mode_table.hpp>
 #include <collectives/reduce_kernels.hpp>
 #include <support/error.hpp>
+#include <support/host_memory.hpp>
 #include <support/log.hpp>
 
 namespace pcoll {
@@ -105,6 +106,7 @@ void Allreduce::prepare() {
                             "remote atomics, which provider " + caps.name + " does not have; use solo or majority "
                             "here, or a provider with atomics (pcoll_info: atomics)");
   policy_ = mode.make_policy(PolicyContext{rank_, size_, id_, spec_.opts});
+  check_host_memory(HandleMemory::footprint(spec_, size_, plan.landing_elems(), policy_->counter_words()));
   memory_.reset(new HandleMemory(transport_, spec_, rank_, size_, plan.landing_elems(), policy_->counter_words(), *this));
   executor_ = std::make_unique<PlanExecutor>(std::move(plan), caps.inject_bytes / acc_elem_bytes, id_);
   if (!spec_.trace_dir.empty()) {
@@ -114,6 +116,22 @@ void Allreduce::prepare() {
     observers_.push_back(trace_.get());
   }
   key_ = memory_->region().remote_key();
+}
+
+// Every rank of this host allocates the same: refused here, before any of it is allocated,
+// when the host cannot hold them all (a provider's shared-memory fallback would otherwise
+// grow a /dev/shm file until the OOM killer ends the job).
+void Allreduce::check_host_memory(uint64_t per_rank) const {
+  const auto ranks = static_cast<uint64_t>(comm_.local_ranks());
+  const uint64_t needed = per_rank > UINT64_MAX / ranks ? UINT64_MAX : per_rank * ranks;
+  const host_memory::Available available = host_memory::available();
+  if (needed <= available.bytes) return;
+  fail(Errc::out_of_memory,
+       "a handle of " + std::to_string(spec_.count) + " " + std::string(name_of(dtype_names(), spec_.dtype)) +
+           " elements needs " + host_memory::describe_bytes(per_rank) + " on each of the " + std::to_string(ranks) +
+           " ranks on this host (" + host_memory::describe_bytes(needed) + "), and this host has " +
+           host_memory::describe_bytes(available.bytes) + " available (" + available.source +
+           "): use a smaller count, or fewer ranks per host");
 }
 
 void Allreduce::import_peers(const std::vector<transport::Bytes>& keys) {

@@ -130,6 +130,7 @@ void Comm::connect_ranks(Setup& setup) {
     ++local_ranks;
     if (place.pid == places[rank_].pid) ++process_ranks;
   }
+  local_ranks_ = local_ranks;
   // Ranks that are threads of one process share its cpuset: "auto" would put all their
   // progress threads on the same CPU, and a CPU number would too.
   if (process_ranks > 1 && setup.placement.cpu >= 0)

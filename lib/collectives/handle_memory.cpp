@@ -36,7 +36,24 @@ bool overlap(const void* a, const void* b, size_t bytes) {
   return bytes != 0 && x < y + bytes && y < x + bytes;
 }
 
+uint64_t saturating_mul(uint64_t a, uint64_t b) {
+  uint64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+}
+
+uint64_t saturating_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+uint64_t rounded_to_line(uint64_t bytes) { return bytes > UINT64_MAX - 63 ? UINT64_MAX : (bytes + 63) / 64 * 64; }
+
 }  // namespace
+
+uint64_t HandleMemory::footprint(const HandleSpec& spec, int ranks, size_t landing_elems, size_t counter_words) {
+  const uint64_t acc = wire_element_bytes(spec.dtype);
+  const uint64_t work = rounded_to_line(saturating_mul(saturating_add(spec.count, 2 * static_cast<uint64_t>(ranks)), acc));
+  const uint64_t landing = rounded_to_line(saturating_mul(landing_elems, acc));
+  const uint64_t scratch = saturating_mul(std::min<uint64_t>(spec.count, kScratchElems), acc);
+  return saturating_add(saturating_add(work, landing), saturating_add(saturating_mul(counter_words, 8), scratch));
+}
 
 bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at) {
   switch (acc_dtype) {

@@ -8,7 +8,6 @@
 #include <rdma/fabric.h>
 
 #include <algorithm>
-#include <random>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -18,6 +17,7 @@
 #include <ofi/ofi_transport.hpp>
 #include <support/log.hpp>
 #include <support/settings.hpp>
+#include <support/shm_names.hpp>
 #include <support/topology.hpp>
 
 namespace pcoll::transport::ofi {
@@ -71,10 +71,9 @@ InfoPtr make_hints(const std::string& prov_name, bool with_atomics) {
     // shm names an endpoint after the process id unless given a name, and a process that
     // was killed leaves its name behind in /dev/shm: a later process that draws the same
     // pid fails in fi_enable with EBUSY (seen after killed-rank tests). A name with a
-    // random part never collides.
-    std::random_device random;
-    const std::string name = "fi_shm://pcoll_" + std::to_string(::getpid()) + "_" +
-                             std::to_string((uint64_t{random()} << 32) | random());
+    // random part never collides; the files of departed processes go first.
+    shm_names::remove_of_departed();
+    const std::string name = "fi_shm://" + shm_names::make_name();
     hints->addr_format = FI_ADDR_STR;
     hints->src_addr = strdup(name.c_str());
     hints->src_addrlen = name.size() + 1;

@@ -832,4 +832,31 @@ void enum_names_round_trip_and_unknown_names_are_refused(const Rank&) {
   CHECK(pcoll_mode_from_name(nullptr, nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
 }
 
+// A handle this host cannot hold is refused on every rank with PCOLL_ERR_NO_MEMORY naming
+// the size and what is available, before anything is allocated: once against the host's
+// real figure (8 TiB per rank, far beyond this machine), once against an injected one. The
+// communicator stays usable.
+void a_handle_larger_than_the_host_is_refused_before_allocating(const Rank& me) {
+  const auto refused = [&](size_t count, pcoll_dtype_t dtype) {
+    pcoll_allreduce_t* h = nullptr;
+    CHECK(pcoll_allreduce_create(me.comm, count, dtype, PCOLL_OP_SUM, PCOLL_MODE_SOLO, nullptr, &h) ==
+          PCOLL_ERR_NO_MEMORY);
+    CHECK(h == nullptr);
+    return std::string(pcoll_last_error());
+  };
+  const std::string real = refused(size_t{1} << 40, PCOLL_FLOAT64);
+  INFO(real);
+  CHECK(real.find("8.0 TiB") != std::string::npos);
+  CHECK(real.find("available") != std::string::npos);
+  // 4 MiB per rank against 1 MiB available.
+  REQUIRE(setenv("PCOLL_TEST_HOST_MEMORY_BYTES", "1048576", 1) == 0);
+  const std::string injected = refused(size_t{1} << 20, PCOLL_FLOAT32);
+  INFO(injected);
+  CHECK(injected.find("1048576 float32 elements") != std::string::npos);
+  CHECK(injected.find("1.0 MiB available (PCOLL_TEST_HOST_MEMORY_BYTES)") != std::string::npos);
+  // What fits is made as before.
+  CHECK(check_handle(me, PCOLL_MODE_SOLO, PCOLL_FLOAT32, PCOLL_OP_SUM, 1000, 2, false) == 0);
+  REQUIRE(unsetenv("PCOLL_TEST_HOST_MEMORY_BYTES") == 0);
+}
+
 }  // namespace collective_rules

@@ -93,6 +93,7 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
 
   // Creation (this rank alone, then with the others).
   void prepare();
+  void check_host_memory(uint64_t per_rank) const;
   void import_peers(const std::vector<transport::Bytes>& keys);
   void estimate_clock_offset();
 

@@ -131,6 +131,8 @@ class Comm final : private PeerNotices {
   // Whether a spinning waiter yields its CPU between polls (PCOLL_YIELD; by default when
   // this node runs more ranks than it has CPUs).
   bool yield_when_spinning() const { return yield_; }
+  // Ranks of this communicator on this rank's host, this one included.
+  int local_ranks() const { return local_ranks_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -174,6 +176,7 @@ class Comm final : private PeerNotices {
   std::chrono::milliseconds timeout_{30000};
   std::chrono::microseconds spin_budget_{50};
   bool yield_ = false;
+  int local_ranks_ = 1;
   std::unique_ptr<FailureDetector> detector_;
 
   std::mutex engine_mutex_;

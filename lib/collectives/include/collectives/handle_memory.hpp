@@ -50,6 +50,10 @@ class HandleMemory {
   HandleMemory(transport::Transport& transport, const HandleSpec& spec, int rank, int ranks, size_t landing_elems,
                size_t counter_words, WriteSettler& settler);
 
+  // Bytes the constructor allocates for such a handle (registered region and scratch),
+  // saturating at UINT64_MAX: what creation checks against the host's memory first.
+  static uint64_t footprint(const HandleSpec& spec, int ranks, size_t landing_elems, size_t counter_words);
+
   transport::LocalRegion& region() const { return *region_; }
   std::unique_ptr<transport::LocalRegion> release_region() { return std::move(region_); }
   std::byte* work() const { return region_->bytes().data(); }

@@ -167,6 +167,10 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .doc = "path of pcoll_info (cluster suite)"},
     {.name = "PCOLL_TEST_COLLECTIVE_CHECK", .kind = Kind::test, .type = Type::text, .fallback = "",
      .doc = "path of collective_check (cluster suite)"},
+    {.name = "PCOLL_TEST_HOST_MEMORY_BYTES", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",
+     .min = 0, .max = UINT64_MAX,
+     .doc = "the memory this host reports as available to a handle's allocation (instead of "
+            "MemAvailable and the cgroup limit)"},
     {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
      .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
     {.name = "PCOLL_TEST_IMBALANCE", .kind = Kind::test, .type = Type::text, .fallback = "",
