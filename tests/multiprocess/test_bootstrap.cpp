@@ -173,6 +173,16 @@ TEST_CASE("a rank that is already taken is rejected and the store keeps serving"
   CHECK(rank0->err().find("rejected connection") != std::string::npos);
 }
 
+TEST_CASE("an invalid PCOLL_LOG in the store's process does not stop the store") {
+  // The store's thread logs each rank it admits; a log level it cannot read must not kill it.
+  const ManualJob job{2};
+  auto rank0 = job.start(0, {"gather", "2"}, {{"PCOLL_LOG", "verbose"}});
+  auto rank1 = job.start(1, {"gather", "2"}, {{"PCOLL_LOG", "verbose"}});
+  CHECK(rank1->finish(milliseconds(10000)) == 0);
+  CHECK(rank0->finish(milliseconds(10000)) == 0);
+  CHECK(rank0->err().find("server stopped") == std::string::npos);
+}
+
 TEST_CASE("a rank that never shows up gives every waiting rank a timeout naming it") {
   SUBCASE("manual mode") {
     ManualJob job{3};
