@@ -363,9 +363,15 @@ struct StoreServer::Impl final : Outbox {
     if (addresses.error != 0)
       fail(Errc::bootstrap, "store: cannot resolve '" + config.bind_host + "': " + addresses.error_text());
     tcp::Listener listener = tcp::listen(addresses, kListenBacklog);
+    // In use: most often a second rank 0 (this job's, started twice, or another job's at
+    // the same PCOLL_ROOT) whose store already listens there.
+    if (!listener.fd && listener.error == EADDRINUSE)
+      fail(Errc::bootstrap, "store: the store's port " + where + " is already taken (" + errno_text(listener.error) +
+                                "): another rank 0 (a second PCOLL_RANK=0 of this job, or another job's) or "
+                                "another program holds it; start one rank 0 per job, or pick another port in "
+                                "PCOLL_ROOT");
     if (!listener.fd)
-      fail(Errc::bootstrap, "store: cannot listen on " + where + ": " + errno_text(listener.error) +
-                                (listener.error == EADDRINUSE ? " (pick another port in PCOLL_ROOT)" : ""));
+      fail(Errc::bootstrap, "store: cannot listen on " + where + ": " + errno_text(listener.error));
     // The host name is not an address of this machine (NAT, DNS alias): the job key still
     // guards the store on all interfaces.
     if (listener.any_interface)

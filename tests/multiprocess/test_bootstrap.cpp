@@ -183,6 +183,19 @@ TEST_CASE("an invalid PCOLL_LOG in the store's process does not stop the store")
   CHECK(rank0->err().find("server stopped") == std::string::npos);
 }
 
+TEST_CASE("a second rank 0 at the same PCOLL_ROOT is told that rank 0 and its store are taken") {
+  const ManualJob job{2};
+  auto rank0 = start_logged_rank0(job);
+  REQUIRE(store_closes_after(job.port, "GET / HTTP/1.0\r\n\r\n"));  // rank 0's store is listening
+  auto second = job.start(0, {"gather", "2"});
+  CHECK(second->finish(milliseconds(10000)) == kBootstrap);
+  CHECK(second->err().find("already taken") != std::string::npos);
+  CHECK(second->err().find("another rank 0") != std::string::npos);
+  auto rank1 = job.start(1, {"gather", "2"});
+  CHECK(rank1->finish() == 0);
+  CHECK(rank0->finish() == 0);
+}
+
 TEST_CASE("a rank that never shows up gives every waiting rank a timeout naming it") {
   SUBCASE("manual mode") {
     ManualJob job{3};
