@@ -60,8 +60,8 @@ Footprint footprint(pid_t pid) {
 
 // Checks that `now` stays within what `sources` flooding addresses may make the store hold.
 void check_bounded(const Footprint& before, const Footprint& now, size_t sources) {
-  CAPTURE(before.fds);
-  CAPTURE(now.rss_kib - before.rss_kib);
+  MESSAGE("store's process: " << before.fds << " -> " << now.fds << " fds, VmRSS " << before.rss_kib << " -> "
+                              << now.rss_kib << " KiB");
   CHECK(now.fds <= before.fds + sources * kPerSourceLimit + 4);
   CHECK(now.rss_kib <= before.rss_kib + kRssSlackKib);
 }
