@@ -605,7 +605,10 @@ struct StoreServer::Impl final : Outbox {
   void run() {
     std::optional<Clock::time_point> drain_deadline;
     for (;;) {
-      if (stopping.load() && !drain_deadline) drain_deadline = start_draining();
+      if (stopping.load() && !drain_deadline) {
+        drain_deadline = start_draining();
+        erase_dead();  // so that a drain with nobody left to wait for ends now
+      }
       if (drain_deadline && (conns.empty() || Clock::now() >= *drain_deadline)) return;
 
       std::vector<pollfd> fds;
@@ -630,12 +633,16 @@ struct StoreServer::Impl final : Outbox {
         }
       }
       on_timers();
-      std::erase_if(conns, [this](const std::unique_ptr<Connection>& c) {
-        if (!c->dead) return false;
-        job.release(*c, RankState::lost, "closed");
-        return true;
-      });
+      erase_dead();
     }
+  }
+
+  void erase_dead() {
+    std::erase_if(conns, [this](const std::unique_ptr<Connection>& c) {
+      if (!c->dead) return false;
+      job.release(*c, RankState::lost, "closed");
+      return true;
+    });
   }
 };
 

@@ -200,7 +200,9 @@ TEST_CASE("a connection that says nothing is dropped within the hello deadline")
   REQUIRE(idle.connected());
   const auto started = Clock::now();
   CHECK(idle.closed_within(milliseconds(6000)));
-  CHECK(Clock::now() - started < milliseconds(4000));  // 2 s deadline; PCOLL_TIMEOUT_MS is 20 s
+  const auto held = std::chrono::duration_cast<milliseconds>(Clock::now() - started);
+  MESSAGE("the idle connection was closed after " << held.count() << " ms");
+  CHECK(held < milliseconds(5000));  // 2 s deadline; PCOLL_TIMEOUT_MS is 20 s
   finish_job(job, h);
 }
 
@@ -299,7 +301,9 @@ TEST_CASE("a socket held open does not delay rank 0's exit") {
   CHECK(rank1->finish(milliseconds(20000)) == 0);
   const auto rank1_done = Clock::now();
   CHECK(h.rank0->finish(milliseconds(10000)) == 0);
-  CHECK(Clock::now() - rank1_done < milliseconds(1500));  // the drain used to wait 5 s for it
+  const auto lag = std::chrono::duration_cast<milliseconds>(Clock::now() - rank1_done);
+  MESSAGE("rank 0 exited " << lag.count() << " ms after rank 1");
+  CHECK(lag < milliseconds(3000));  // the drain used to wait 5 s for it
 }
 
 TEST_CASE("under pcollrun, a flood and a socket held open neither keep the ranks out nor delay the exit") {
@@ -317,6 +321,8 @@ TEST_CASE("under pcollrun, a flood and a socket held open neither keep the ranks
     flood.push_back(std::make_unique<RawClient>(port));
   const auto ranks_done = Clock::now();
   CHECK(job.finish(milliseconds(10000)) == 0);
-  CHECK(Clock::now() - ranks_done < milliseconds(2000));  // the drain used to wait 5 s
+  const auto lag = std::chrono::duration_cast<milliseconds>(Clock::now() - ranks_done);
+  MESSAGE("pcollrun exited " << lag.count() << " ms after its ranks printed ok");
+  CHECK(lag < milliseconds(3000));  // the drain used to wait 5 s
   CHECK(test::count_of(job.out(), "ok (pcollrun)") == 2);
 }
