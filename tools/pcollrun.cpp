@@ -129,6 +129,25 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
+// Every setting the ranks read from pcollrun's environment, checked before any rank starts:
+// a bad value would otherwise stop every rank at pcoll_init, after the job had started.
+// The launcher's own variables (PCOLL_RANK, PCOLL_ROOT, ...) are replaced for the ranks.
+// Free-text settings (PCOLL_PROVIDER, PCOLL_NIC, ...) need their readers (the provider
+// registry): the ranks check those and name them. Returns the first error, or "".
+std::string check_rank_settings() {
+  namespace settings = pcoll::settings;
+  for (const settings::Setting& s : settings::all()) {
+    if (s.kind == settings::Kind::launcher) continue;
+    if (const auto e = settings::effective(s); !e.error.empty()) return e.error;
+  }
+  // The ranks use pcollrun's store; another bootstrap would not find their peers.
+  const std::string bootstrap = settings::effective(settings::entry("PCOLL_BOOTSTRAP")).value;
+  if (bootstrap != "auto" && bootstrap != "store")
+    return "PCOLL_BOOTSTRAP=" + bootstrap + " is set, but pcollrun's ranks rendezvous through pcollrun's "
+           "store: unset it (or set it to store), or start the job with the launcher " + bootstrap + " needs";
+  return "";
+}
+
 // Resolves `program` like execvp would, so a typo fails before any rank starts. Returns
 // the path, or the reason in `why`.
 std::optional<std::string> resolve_program(const std::string& program, std::string& why) {
@@ -244,6 +263,10 @@ class Launcher {
       ::setrlimit(RLIMIT_NOFILE, &files);
     }
     if (o_.timeout_ms) ::setenv("PCOLL_TIMEOUT_MS", o_.timeout_ms->c_str(), 1);
+    if (const std::string bad = check_rank_settings(); !bad.empty()) {
+      std::fprintf(stderr, "pcollrun: %s (in pcollrun's environment, which the ranks inherit)\n", bad.c_str());
+      return kUsageExit;
+    }
 
     // Signals arrive through a signalfd in the event loop; ranks start with them unblocked.
     // Blocked before the store thread starts, which inherits the mask: otherwise the kernel
@@ -305,7 +328,8 @@ class Launcher {
         {"PCOLL_ROOT", root},
         {"PCOLL_JOB_KEY", key},
         {"PCOLL_LAUNCHER", "pcollrun"},
-        // Under an outer launcher (srun) the ranks must still use our store, not PMIx.
+        // Under an outer launcher (srun) the ranks must still use our store, not PMIx
+        // (check_rank_settings refused any other PCOLL_BOOTSTRAP).
         {"PCOLL_BOOTSTRAP", "store"},
     };
     for (char** e = environ; *e != nullptr; ++e) {

@@ -90,13 +90,40 @@ struct StoreClient::Impl {
     fd = tcp::connect(addresses, deadline, last_err);
   }
 
+  // Says hello on the fresh connection. False when the store closed it without an answer:
+  // it drops connections that are late with their hello, and the oldest ones when a flood
+  // of them reaches its limits (store_server.cpp); the rank then connects again.
+  bool hello_answered(const std::string& job_key) {
+    const Blob hello = wire::encode_hello(static_cast<uint32_t>(rank), static_cast<uint32_t>(size),
+                                          std::as_bytes(std::span(job_key)));
+    const IoResult sent = write_full(fd.get(), hello, timeout);
+    if (sent.status == IoResult::Status::closed) return false;
+    if (!sent.ok()) io_failed(sent, "send to ");
+    const std::optional<Message> reply = receive_unless_closed();
+    if (!reply) return false;
+    if (reply->type != MsgType::welcome)
+      fail(Errc::protocol, where() + " answered hello with message type " +
+                               std::to_string(static_cast<int>(reply->type)));
+    return true;
+  }
+
   void connect(const std::string& job_key) {
     const auto deadline = Clock::now() + timeout;
     int last_err = 0;
+    int unanswered = 0;  // connections the store closed before answering hello
     auto backoff = milliseconds(5);
     for (;;) {
       connect_once(deadline, last_err);
-      if (fd) break;
+      if (fd && hello_answered(job_key)) return;
+      if (fd) {
+        fd.reset();
+        ++unanswered;
+        last_err = 0;
+      }
+      if (Clock::now() >= deadline && last_err == 0 && unanswered > 0)
+        fail(Errc::bootstrap, where() + " closed the connection before answering hello, " +
+                                  std::to_string(unanswered) + " times in " + std::to_string(timeout.count()) +
+                                  " ms (PCOLL_TIMEOUT_MS): is it flooded with connections that never say hello?");
       if (Clock::now() >= deadline && !resolve_error.empty())
         invalid_argument("PCOLL_ROOT='" + address.text() + "': cannot resolve host '" + address.host +
                          "' within " + std::to_string(timeout.count()) + " ms: " + resolve_error);
@@ -109,11 +136,6 @@ struct StoreClient::Impl {
                                                         deadline - Clock::now() + milliseconds(1))));
       backoff = std::min(backoff * 2, milliseconds(200));
     }
-    send_all(wire::encode_hello(static_cast<uint32_t>(rank), static_cast<uint32_t>(size),
-                                std::as_bytes(std::span(job_key))));
-    const MsgType type = receive().type;
-    if (type != MsgType::welcome) fail(Errc::protocol, where() + " answered hello with message type " +
-                                                            std::to_string(static_cast<int>(type)));
   }
 
   [[noreturn]] void closed() {
@@ -159,9 +181,19 @@ struct StoreClient::Impl {
 
   // Next message other than ping; an error message is thrown as the store's Error.
   Message receive() {
+    std::optional<Message> message = receive_unless_closed();
+    if (!message) closed();
+    return std::move(*message);
+  }
+
+  // The same, or nullopt when the store closed the connection before the next message.
+  std::optional<Message> receive_unless_closed() {
     for (;;) {
       std::byte header[wire::kHeaderBytes];
-      receive_exact(header);
+      if (const IoResult r = read_full(fd.get(), header, timeout); !r.ok()) {
+        if (r.status == IoResult::Status::closed) return std::nullopt;
+        io_failed(r, "receive from ");
+      }
       const auto parsed = wire::parse_frame(header, wire::max_result_payload(size));
       if (parsed.status == wire::FrameParse::Status::invalid)
         fail(Errc::protocol, where() + " sent a malformed message (" + parsed.error +
@@ -173,7 +205,7 @@ struct StoreClient::Impl {
         const wire::Failure failure = checked("error", [&] { return wire::parse_error(payload); });
         fail(failure.code, "bootstrap store: " + failure.message);
       }
-      return {parsed.frame.type, std::move(payload)};
+      return Message{parsed.frame.type, std::move(payload)};
     }
   }
 

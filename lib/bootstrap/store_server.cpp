@@ -6,7 +6,14 @@
 //    sending, rejecting and closing connections, and the timers.
 // Until a connection has presented the job key (hello) it may send nothing else and at most
 // wire::kMaxHelloBytes, so an unauthenticated peer can neither make the store allocate much
-// nor learn anything about the job.
+// nor learn anything about the job. Such connections are few and short-lived: each must say
+// hello within hello_deadline(), each source address may hold kMaxUnauthenticatedPerSource
+// of them and all sources kMaxUnauthenticated; a new connection beyond a limit makes room by
+// dropping the oldest one (after reading what it sent: a rank whose hello is already here is
+// admitted). An attacker holding connections open thus only ever loses its own, a rank it
+// pushes out before its hello reconnects (store_client.cpp), and the store's fds and memory
+// stay bounded whatever its clients do. docs/reliability.md ("The store under hostile
+// clients") has the limits and the tests.
 #include <bootstrap/store_server.hpp>
 
 #include <poll.h>
@@ -35,9 +42,16 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using wire::MsgType;
 
-// Connections that have not said hello yet; more are closed at once (connection floods).
-constexpr size_t kMaxUnauthenticated = 64;
+// Connections that have not said hello yet, per source address and in all (see above).
+constexpr size_t kMaxUnauthenticatedPerSource = 16;
+constexpr size_t kMaxUnauthenticated = 256;
+// Connections accepted per pass of the loop, so a flood cannot keep the loop from serving.
+constexpr size_t kMaxAcceptsPerPass = 64;
 constexpr int kListenBacklog = 512;
+
+// How long a new connection may take to say hello. A rank sends it right after connecting,
+// so this is short, and a rank dropped for being late reconnects.
+milliseconds hello_deadline(milliseconds timeout) { return std::min(timeout, milliseconds(2000)); }
 
 // How long a connection being closed gets to read what was sent to it.
 milliseconds close_grace(milliseconds timeout) { return std::min(timeout, milliseconds(2000)); }
@@ -70,8 +84,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 struct Connection {
   Fd fd;
-  std::string peer;  // "host:port" for logs
-  int rank = -1;     // set once hello is accepted
+  std::string peer;    // "host:port" for logs
+  std::string source;  // the peer's address without the port: whom the limits count
+  int rank = -1;       // set once hello is accepted; -1 again once the rank left
+  bool admitted = false;  // its hello was accepted
   Clock::time_point hello_deadline;
   Blob in;
   size_t in_offset = 0;  // parsed prefix of `in`
@@ -174,6 +190,7 @@ class Job {
                               ? " is already taken by " + slot.conn->peer + " (two processes with the same rank?)"
                               : " already joined and left; a rank cannot join twice")};
     c.rank = static_cast<int>(hello.rank);
+    c.admitted = true;
     slot.state = RankState::connected;
     slot.connected_at = std::chrono::steady_clock::now();
     slot.conn = &c;
@@ -352,7 +369,8 @@ struct StoreServer::Impl final : Outbox {
   std::thread thread;
 
   // Everything below is touched by the server thread only.
-  std::vector<std::unique_ptr<Connection>> conns;
+  std::vector<std::unique_ptr<Connection>> conns;  // in accept order
+  size_t dropped_unauthenticated = 0;
   Job job{config, *this};
 
   explicit Impl(const StoreServerConfig& c) : config(c) {}
@@ -363,9 +381,15 @@ struct StoreServer::Impl final : Outbox {
     if (addresses.error != 0)
       fail(Errc::bootstrap, "store: cannot resolve '" + config.bind_host + "': " + addresses.error_text());
     tcp::Listener listener = tcp::listen(addresses, kListenBacklog);
+    // In use: most often a second rank 0 (this job's, started twice, or another job's at
+    // the same PCOLL_ROOT) whose store already listens there.
+    if (!listener.fd && listener.error == EADDRINUSE)
+      fail(Errc::bootstrap, "store: the store's port " + where + " is already taken (" + errno_text(listener.error) +
+                                "): another rank 0 (a second PCOLL_RANK=0 of this job, or another job's) or "
+                                "another program holds it; start one rank 0 per job, or pick another port in "
+                                "PCOLL_ROOT");
     if (!listener.fd)
-      fail(Errc::bootstrap, "store: cannot listen on " + where + ": " + errno_text(listener.error) +
-                                (listener.error == EADDRINUSE ? " (pick another port in PCOLL_ROOT)" : ""));
+      fail(Errc::bootstrap, "store: cannot listen on " + where + ": " + errno_text(listener.error));
     // The host name is not an address of this machine (NAT, DNS alias): the job key still
     // guards the store on all interfaces.
     if (listener.any_interface)
@@ -461,7 +485,10 @@ struct StoreServer::Impl final : Outbox {
   void on_readable(Connection& c) {
     std::byte buffer[65536];
     while (!c.dead) {
-      const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
+      // Before hello, no more than a hello at a time: what such a peer makes the store hold
+      // stays within a few kMaxHelloBytes.
+      const size_t want = c.admitted ? sizeof buffer : wire::kMaxHelloBytes;
+      const ssize_t n = ::recv(c.fd.get(), buffer, want, 0);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -478,25 +505,51 @@ struct StoreServer::Impl final : Outbox {
     }
   }
 
+  // --- Connections that have not said hello (connection floods; see the top of the file).
+
+  // Those from `source` (all when null), the answered ones (rejected, closing) first, then
+  // oldest first: the order in which they make room.
+  std::vector<Connection*> unauthenticated(const std::string* source) const {
+    std::vector<Connection*> out;
+    for (const auto& c : conns)
+      if (!c->dead && !c->admitted && (source == nullptr || c->source == *source)) out.push_back(c.get());
+    std::stable_partition(out.begin(), out.end(), [](const Connection* c) { return c->closing; });
+    return out;
+  }
+
+  // Leaves fewer than `limit` unauthenticated connections from `source` (or in all): first
+  // reads what they sent, so that a rank whose hello has arrived is admitted, then drops
+  // the first of the rest without a word.
+  void make_room(const std::string* source, size_t limit) {
+    if (unauthenticated(source).size() < limit) return;
+    for (Connection* c : unauthenticated(source))
+      if (!c->closing) on_readable(*c);
+    const std::vector<Connection*> waiting = unauthenticated(source);
+    for (size_t i = 0; i + limit <= waiting.size(); ++i) {
+      if (dropped_unauthenticated++ == 0)
+        log::warn("store: more than " + std::to_string(limit) + " connections without hello" +
+                  (source ? " from " + *source : "") + "; dropping the oldest (a flood? the store keeps serving)");
+      log::debug("store: dropped connection from " + waiting[i]->peer + " to make room");
+      waiting[i]->dead = true;
+    }
+  }
+
   void accept_all() {
-    for (;;) {
+    for (size_t accepted = 0; accepted < kMaxAcceptsPerPass; ++accepted) {
       int err = 0;
       Fd fd = tcp::accept(listen_fd.get(), err);
       if (!fd) {
         if (err != EAGAIN && err != EWOULDBLOCK) log::warn("store: accept failed: " + errno_text(err));
         return;
       }
-      const size_t pending = static_cast<size_t>(std::count_if(
-          conns.begin(), conns.end(), [](const auto& c) { return c->rank < 0 && !c->closing; }));
       auto c = std::make_unique<Connection>();
       c->peer = tcp::peer_name(fd.get());
-      if (pending >= kMaxUnauthenticated) {
-        log::warn("store: refused connection from " + c->peer + ": too many unauthenticated connections");
-        continue;  // fd closes here
-      }
+      c->source = c->peer.substr(0, c->peer.rfind(':'));
+      make_room(&c->source, kMaxUnauthenticatedPerSource);
+      make_room(nullptr, kMaxUnauthenticated);
       tcp::set_nodelay(fd.get());
       c->fd = std::move(fd);
-      c->hello_deadline = Clock::now() + config.timeout;
+      c->hello_deadline = Clock::now() + hello_deadline(config.timeout);
       conns.push_back(std::move(c));
     }
   }
@@ -509,8 +562,11 @@ struct StoreServer::Impl final : Outbox {
       if (c->dead) continue;
       if (c->closing && now >= c->close_deadline) {
         c->dead = true;
-      } else if (!c->closing && c->rank < 0 && now >= c->hello_deadline) {
-        reject(*c, Errc::timeout, "no hello within " + std::to_string(config.timeout.count()) + " ms");
+      } else if (!c->closing && !c->admitted && now >= c->hello_deadline) {
+        // Without a word: a rank that was this late reconnects, anyone else needs no answer.
+        log::debug("store: dropped connection from " + c->peer + ": no hello within " +
+                   std::to_string(hello_deadline(config.timeout).count()) + " ms");
+        c->dead = true;
       }
     }
     job.on_timers(now);
@@ -520,21 +576,26 @@ struct StoreServer::Impl final : Outbox {
     auto next = Clock::now() + milliseconds(1000);
     for (const auto& c : conns) {
       if (c->closing) next = std::min(next, c->close_deadline);
-      else if (c->rank < 0) next = std::min(next, c->hello_deadline);
+      else if (!c->admitted) next = std::min(next, c->hello_deadline);
     }
     if (const auto job_next = job.next_deadline()) next = std::min(next, *job_next);
     return pcoll::poll_timeout_ms(next);
   }
 
-  // Stop taking new connections; give the connected ones time to read their last answers
-  // and close their end, so nobody sees a reset instead of a result. After a failure the
-  // ranks are still answered until each leaves: one that comes to the failed collective
-  // late must hear what failed, not that the store went away.
+  // Stop taking new connections; give the ranks' connections time to read their last
+  // answers and close their end, so nobody sees a reset instead of a result. After a
+  // failure the ranks are still answered until each leaves: one that comes to the failed
+  // collective late must hear what failed, not that the store went away. Nobody else is
+  // waited for: a socket some other program holds open must not hold up the exit.
   Clock::time_point start_draining() {
     const auto deadline = Clock::now() + (abandoned.load() ? StoreServer::kAbandonDrain
                                                            : std::min(config.timeout, milliseconds(5000)));
     listen_fd.reset();
     for (auto& c : conns) {
+      if (c->rank < 0 && !(c->admitted && !c->out.empty())) {
+        c->dead = true;
+        continue;
+      }
       if (job.failed() && c->rank >= 0) continue;
       start_closing(*c, deadline);
     }
@@ -544,7 +605,10 @@ struct StoreServer::Impl final : Outbox {
   void run() {
     std::optional<Clock::time_point> drain_deadline;
     for (;;) {
-      if (stopping.load() && !drain_deadline) drain_deadline = start_draining();
+      if (stopping.load() && !drain_deadline) {
+        drain_deadline = start_draining();
+        erase_dead();  // so that a drain with nobody left to wait for ends now
+      }
       if (drain_deadline && (conns.empty() || Clock::now() >= *drain_deadline)) return;
 
       std::vector<pollfd> fds;
@@ -569,12 +633,16 @@ struct StoreServer::Impl final : Outbox {
         }
       }
       on_timers();
-      std::erase_if(conns, [this](const std::unique_ptr<Connection>& c) {
-        if (!c->dead) return false;
-        job.release(*c, RankState::lost, "closed");
-        return true;
-      });
+      erase_dead();
     }
+  }
+
+  void erase_dead() {
+    std::erase_if(conns, [this](const std::unique_ptr<Connection>& c) {
+      if (!c->dead) return false;
+      job.release(*c, RankState::lost, "closed");
+      return true;
+    });
   }
 };
 

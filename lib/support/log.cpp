@@ -44,7 +44,17 @@ Level threshold() {
   return level;
 }
 
-bool enabled(Level level) { return static_cast<int>(level) <= static_cast<int>(threshold()); }
+// Logging must never throw, or a thread that only logs (the store's server, a progress
+// thread) dies of a rank's bad setting: an invalid PCOLL_LOG is reported by pcoll_init (and
+// refused by pcollrun), and logs as warn until then.
+bool enabled(Level level) {
+  Level limit = Level::warn;
+  try {
+    limit = threshold();
+  } catch (...) {
+  }
+  return static_cast<int>(level) <= static_cast<int>(limit);
+}
 
 void set_rank(int rank) {
   t_rank = rank < 0 ? kNoRank : rank;
@@ -55,13 +65,7 @@ void set_rank(int rank) {
 }
 
 void write(Level level, const std::string& message) {
-  Level limit = Level::warn;
-  try {
-    limit = threshold();
-  } catch (...) {
-    // An invalid PCOLL_LOG is reported by pcoll_init; logging itself must not throw.
-  }
-  if (static_cast<int>(level) > static_cast<int>(limit)) return;
+  if (!enabled(level)) return;
   const int rank = t_rank != kNoRank ? t_rank : g_rank.load(std::memory_order_relaxed);
   if (rank >= 0)
     std::fprintf(stderr, "pcoll[%d] %s: %s\n", rank, level_name(level), message.c_str());

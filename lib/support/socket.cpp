@@ -102,10 +102,25 @@ Fd connect(const AddressList& addresses, std::chrono::steady_clock::time_point d
         continue;
       }
     }
+    if (connected_to_itself(fd.get())) {
+      error = ECONNREFUSED;
+      continue;
+    }
     set_nodelay(fd.get());
     return fd;
   }
   return Fd();
+}
+
+bool connected_to_itself(int fd) {
+  sockaddr_storage local{};
+  sockaddr_storage peer{};
+  socklen_t local_len = sizeof local;
+  socklen_t peer_len = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+    return false;
+  return local_len == peer_len && std::memcmp(&local, &peer, local_len) == 0;
 }
 
 Fd accept(int listen_fd, int& error) {

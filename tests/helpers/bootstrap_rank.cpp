@@ -2,6 +2,7 @@
 // each mode does one thing a test checks from outside, and reports through its exit code.
 //
 //   gather ROUNDS          allgather blobs of several sizes ROUNDS times, verify, barrier
+//   gather-late MS ROUNDS  sleep MS ms before joining, then gather (a test floods the store first)
 //   barrier-late MS        three barriers, rank 0 entering each MS ms late: every other rank
 //                          must be held at least MS/2 ms in each (exit 3 if not)
 //   exit-if-rank R CODE    rank R exits with CODE; the others sleep (must be killed)
@@ -143,6 +144,10 @@ int main(int argc, char** argv) {
   try {
     const std::string& mode = args[0];
     if (mode == "gather" && args.size() == 2) return gather(std::atoi(args[1].c_str()));
+    if (mode == "gather-late" && args.size() == 3) {
+      sleep_ms(std::atoi(args[1].c_str()));
+      return gather(std::atoi(args[2].c_str()));
+    }
     if (mode == "barrier-late" && args.size() == 2) return barrier_late(std::atoi(args[1].c_str()));
     if (mode == "exit-if-rank" && args.size() == 3) {
       if (env_rank() == std::atoi(args[1].c_str())) {

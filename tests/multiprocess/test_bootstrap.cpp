@@ -8,12 +8,17 @@
 #include <memory>
 
 #include <support/pcoll_config.h>
+#include "store_job.hpp"
 #include "subprocess.hpp"
 
 namespace {
 
 using test::Env;
+using test::ManualJob;
 using test::Process;
+using test::start_logged_rank0;
+using test::store_closes_after;
+using test::wait_for_stderr;
 using std::chrono::milliseconds;
 
 // bootstrap_rank exits with 10 + Errc on a pcoll::Error.
@@ -22,74 +27,8 @@ constexpr int kTimeout = 14;
 constexpr int kBootstrap = 17;
 constexpr int kUnsupported = 18;
 
-std::string rank_program() { return test::program_path("PCOLL_TEST_RANK_PROGRAM"); }
+using test::rank_program;
 std::string pcollrun() { return test::program_path("PCOLL_TEST_PCOLLRUN"); }
-
-// A manual-mode job: PCOLL_RANK/SIZE/ROOT/JOB_KEY set by hand, rank 0 hosting the store.
-struct ManualJob {
-  int size;
-  int port = test::free_port();
-  std::string key = "manual-test-key-" + std::to_string(::getpid());
-
-  Env env(int rank, Env extra = {}) const {
-    Env e = {{"PCOLL_RANK", std::to_string(rank)},
-             {"PCOLL_SIZE", std::to_string(size)},
-             {"PCOLL_ROOT", "127.0.0.1:" + std::to_string(port)},
-             {"PCOLL_JOB_KEY", key},
-             {"PCOLL_TIMEOUT_MS", "20000"}};
-    for (const auto& [k, v] : extra) e[k] = v;
-    return e;
-  }
-  std::unique_ptr<Process> start(int rank, const std::vector<std::string>& args, Env extra = {}) const {
-    std::vector<std::string> argv = {rank_program()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return std::make_unique<Process>(argv, env(rank, std::move(extra)));
-  }
-};
-
-// Rank 0 with store debug logs, so a test can see when another rank has connected.
-std::unique_ptr<Process> start_logged_rank0(const ManualJob& job) {
-  return job.start(0, {"gather", "2"}, {{"PCOLL_LOG", "debug"}});
-}
-
-bool wait_for_stderr(const Process& p, const std::string& needle, milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (p.err().find(needle) != std::string::npos) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return false;
-}
-
-// Connects to the store, sends `bytes`, and reports whether the store closed the connection
-// (as it must for anything it rejects) within the limit.
-bool store_closes_after(int port, const std::string& bytes) {
-  int fd = -1;
-  for (int attempt = 0; attempt < 500 && fd < 0; ++attempt) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd);
-      fd = -1;
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-  }
-  if (fd < 0) return false;
-  [[maybe_unused]] const ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  bool closed = false;
-  const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
-  while (!closed && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char sink[4096];
-    closed = ::recv(fd, sink, sizeof sink, 0) <= 0;
-  }
-  ::close(fd);
-  return closed;
-}
 
 void check_gather_job_ok(Process& p, int n, const std::string& name) {
   CHECK(p.finish() == 0);
@@ -171,6 +110,55 @@ TEST_CASE("a rank that is already taken is rejected and the store keeps serving"
   CHECK(rank1->finish() == 0);
   CHECK(rank0->finish() == 0);
   CHECK(rank0->err().find("rejected connection") != std::string::npos);
+}
+
+TEST_CASE("an invalid PCOLL_LOG in the store's process does not stop the store") {
+  // The store's thread logs each rank it admits; a log level it cannot read must not kill it.
+  const ManualJob job{2};
+  auto rank0 = job.start(0, {"gather", "2"}, {{"PCOLL_LOG", "verbose"}});
+  auto rank1 = job.start(1, {"gather", "2"}, {{"PCOLL_LOG", "verbose"}});
+  CHECK(rank1->finish(milliseconds(10000)) == 0);
+  CHECK(rank0->finish(milliseconds(10000)) == 0);
+  CHECK(rank0->err().find("server stopped") == std::string::npos);
+}
+
+TEST_CASE("a second rank 0 at the same PCOLL_ROOT is told that rank 0 and its store are taken") {
+  const ManualJob job{2};
+  auto rank0 = start_logged_rank0(job);
+  REQUIRE(store_closes_after(job.port, "GET / HTTP/1.0\r\n\r\n"));  // rank 0's store is listening
+  auto second = job.start(0, {"gather", "2"});
+  CHECK(second->finish(milliseconds(10000)) == kBootstrap);
+  CHECK(second->err().find("already taken") != std::string::npos);
+  CHECK(second->err().find("another rank 0") != std::string::npos);
+  auto rank1 = job.start(1, {"gather", "2"});
+  CHECK(rank1->finish() == 0);
+  CHECK(rank0->finish() == 0);
+}
+
+TEST_CASE("a rank whose connection is closed before its hello is answered connects again") {
+  // The store drops connections late with their hello, and the oldest ones in a flood; a
+  // rank it drops so must try again rather than fail. Here the test plays the store for
+  // rank 1's first connection, then rank 0's real store takes the port.
+  const ManualJob job{2};
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // not the ranks'
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(job.port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  auto rank1 = job.start(1, {"gather", "2"});
+  const int first = ::accept(listener, nullptr, nullptr);
+  REQUIRE(first >= 0);
+  char hello[16];
+  CHECK(::recv(first, hello, sizeof hello, MSG_WAITALL) == static_cast<ssize_t>(sizeof hello));
+  ::close(first);
+  ::close(listener);
+  auto rank0 = job.start(0, {"gather", "2"});
+  CHECK(rank1->finish() == 0);
+  CHECK(rank0->finish() == 0);
 }
 
 TEST_CASE("a rank that never shows up gives every waiting rank a timeout naming it") {

@@ -138,3 +138,41 @@ TEST_CASE("pcollrun gives the ranks their rank, size, store and the options it w
     CHECK(std::regex_match(l, line));
   }
 }
+
+TEST_CASE("pcollrun refuses a bad setting it would hand to its ranks, naming it, before starting them") {
+  // PCOLL_LOG=verbose used to stop pcollrun's store and leave the ranks waiting 30 s.
+  struct Case {
+    std::string variable;
+    std::string value;
+  };
+  const std::vector<Case> cases = {{"PCOLL_LOG", "verbose"},        {"PCOLL_SPIN_US", "long"},
+                                   {"PCOLL_YIELD", "sometimes"},    {"PCOLL_NOTIFY_BITS", "16"},
+                                   {"PCOLL_TIMEOUT_MS", "0"},       {"PCOLL_BOOTSTRAP", "magic"},
+                                   {"PCOLL_TEST_ATOMICS", "many"}};
+  for (const auto& c : cases) {
+    CAPTURE(c.variable);
+    const auto started = std::chrono::steady_clock::now();
+    Process p({pcollrun(), "-n", "2", "/bin/sh", "-c", "echo started"}, {{c.variable, c.value}});
+    CHECK(p.finish(milliseconds(10000)) == 2);
+    CHECK(p.err().find(c.variable) != std::string::npos);
+    CHECK(p.err().find("pcollrun: ") == 0);
+    CHECK(p.out().find("started") == std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - started < milliseconds(5000));
+  }
+}
+
+TEST_CASE("pcollrun refuses a PCOLL_BOOTSTRAP other than its own store, and accepts store and auto") {
+  for (const std::string other : {"pmix", "pmi2", "single"}) {
+    CAPTURE(other);
+    Process p({pcollrun(), "-n", "2", "/bin/sh", "-c", "echo started"}, {{"PCOLL_BOOTSTRAP", other}});
+    CHECK(p.finish(milliseconds(10000)) == 2);
+    CHECK(p.err().find("PCOLL_BOOTSTRAP=" + other + " is set") != std::string::npos);
+    CHECK(p.out().find("started") == std::string::npos);
+  }
+  for (const std::string ours : {"store", "auto"}) {
+    CAPTURE(ours);
+    Process p({pcollrun(), "-n", "2", rank_program(), "gather", "1"}, {{"PCOLL_BOOTSTRAP", ours}});
+    CHECK(p.finish() == 0);
+    CHECK(test::count_of(p.out(), "ok (pcollrun)") == 2);
+  }
+}

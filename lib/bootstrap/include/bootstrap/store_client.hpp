@@ -27,7 +27,9 @@ StoreAddress parse_store_address(const std::string& text, const std::string& var
 // hangs: a store that closes the connection or stops answering for `timeout` is an error.
 class StoreClient {
  public:
-  // Connects (retrying until `timeout`, so rank 0 may start late) and authenticates.
+  // Connects (retrying until `timeout`, so rank 0 may start late, and when the store closes
+  // the connection before answering hello, as it does to make room in a flood) and
+  // authenticates.
   StoreClient(const StoreAddress& address, const std::string& job_key, int rank, int size,
               std::chrono::milliseconds timeout);
   ~StoreClient();

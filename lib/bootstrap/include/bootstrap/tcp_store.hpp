@@ -16,6 +16,10 @@
 // PCOLL_TIMEOUT_MS; a rank whose connection drops fails it at once (Errc::peer_failed). A rank
 // that is connected but has not yet called the collective is alive (its process still holds
 // the socket), so it is waited for: a slow application is not a failure.
+//
+// Strangers: a connection must present the job key within 2 s; connections that have not
+// are limited per source address, and a new one beyond the limit pushes out the oldest, so
+// a flood cannot keep a rank out (store_server.cpp; docs/reliability.md has the limits).
 #pragma once
 
 #include <memory>

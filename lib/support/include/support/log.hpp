@@ -10,6 +10,7 @@ enum class Level { error = 0, warn = 1, info = 2, debug = 3, trace = 4 };
 
 // Reads PCOLL_LOG; throws Error(invalid_argument) on an unknown level.
 Level threshold();
+// Whether `level` is logged; never throws (an invalid PCOLL_LOG logs as warn).
 bool enabled(Level level);
 // The rank in the calling thread's log lines (a communicator sets it on the thread that
 // creates it and on its progress thread). Other threads print the process's rank when the

@@ -171,6 +171,9 @@ inline constexpr auto kTable = std::to_array<Setting>({
      .min = 0, .max = UINT64_MAX,
      .doc = "the memory this host reports as available to a handle's allocation (instead of "
             "MemAvailable and the cgroup limit)"},
+    {.name = "PCOLL_TEST_FLOOD", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",
+     .min = 1, .max = 1000000,
+     .doc = "test_store_hostile: connections each flood opens (scripts/test-store-hostile.sh); unset: the CI sizes"},
     {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
      .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
     {.name = "PCOLL_TEST_IMBALANCE", .kind = Kind::test, .type = Type::text, .fallback = "",

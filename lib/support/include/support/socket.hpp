@@ -36,8 +36,14 @@ struct Listener {
 Listener listen(const AddressList& addresses, int backlog);
 
 // A socket connected to the first of `addresses` that accepts before `deadline`, with
-// TCP_NODELAY. Invalid, with the errno of the last attempt in `error`, when none did.
+// TCP_NODELAY. Invalid, with the errno of the last attempt in `error`, when none did; a
+// socket connected to itself is closed and counts as ECONNREFUSED.
 Fd connect(const AddressList& addresses, std::chrono::steady_clock::time_point deadline, int& error);
+
+// Whether the socket is connected to itself: its local and peer address and port are equal.
+// With nothing listening on a port of the ephemeral range, Linux's simultaneous open can
+// connect a client to itself; connect() treats that as a refused attempt.
+bool connected_to_itself(int fd);
 
 // accept4() of one pending connection; invalid with `error` set when there is none
 // (EAGAIN) or accept failed. EINTR and ECONNABORTED are retried.
