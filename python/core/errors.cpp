@@ -30,7 +30,13 @@ void raise_status(int status, const std::string& message) {
     cls = PyDict_GetItemWithError(g_error_classes, key.ptr());  // borrowed
   }
   if (cls == nullptr) cls = PyExc_RuntimeError;
-  PyErr_SetString(cls, message.c_str());
+  // Made here rather than left to pybind11's normalization: a signal handler that runs in
+  // the class's __init__ (Ctrl-C just then) raises its own exception, which then wins.
+  PyObject* error = PyObject_CallFunction(cls, "s", message.c_str());
+  if (error != nullptr) {
+    PyErr_SetObject(cls, error);
+    Py_DECREF(error);
+  }
   throw py::error_already_set();
 }
 

@@ -6,11 +6,14 @@
             info = ar.run(grad, grad)               # numpy arrays or CPU torch tensors
 
 The buffers, rounds and errors are pcoll's C API (pcoll/pcoll.h) through the _core
-extension; this module turns the creation arguments into the C API's values.
+extension; this module parses the creation arguments and closes what a program left open
+when the interpreter exits (docs/python.md, "Lifetimes").
 """
 
+import atexit
 import operator
 import signal
+import sys
 import threading
 
 from . import _core
@@ -36,6 +39,37 @@ LATE = tuple(_core.LATE)
 def init():
     """Joins the job: the same bootstrap rules as pcoll_init (pcollrun, srun, mpirun, PCOLL_*)."""
     return Comm()
+
+
+# Every communicator not yet closed, for _close_at_exit. Held strongly: a communicator the
+# program dropped without close() still holds its endpoint, to be released at exit.
+_open_comms = set()
+
+
+def _close_at_exit():
+    """Closes what the program left open when the interpreter exits, so that nothing of the
+    provider's (shared-memory files in /dev/shm) outlives the process.
+
+    A program that returned normally is closed as comm.close() would: collectively, the
+    other ranks doing the same at their exit. One that ends on an uncaught exception
+    (KeyboardInterrupt from Ctrl-C included; the interpreter then sets sys.last_value) may
+    be the only rank leaving, so it leaves alone: its peers are told and get PeerFailed
+    naming it, and nothing waits for them. A collective close that fails leaves alone too.
+    """
+    exception = getattr(sys, "last_value", None)
+    for comm in list(_open_comms):
+        if comm.closed:
+            continue
+        if exception is not None:
+            comm._leave(f"the program ended with {type(exception).__name__}")
+            continue
+        try:
+            comm.close()
+        except BaseException as error:  # noqa: B036 - the interpreter is ending either way
+            comm._leave(f"closing at exit failed: {error}")
+
+
+atexit.register(_close_at_exit)
 
 
 def _reclaim_signal_handlers():
@@ -122,6 +156,7 @@ class Comm(_core.Comm):
     def __init__(self):
         super().__init__()
         _reclaim_signal_handlers()  # in case pcoll_init loaded more providers
+        _open_comms.add(self)
 
     def allreduce(self, count, dtype="float32", op="avg", mode="solo", max_lag=1, sync_every=0, seed=0,
                   late="carry", timeout_ms=None, quorum=0, grace_us=0):
@@ -140,6 +175,15 @@ class Comm(_core.Comm):
         if problem is not None:
             self._create_refused(values[0], problem)
         return self._create(*values)
+
+    def close(self):
+        """Closes the open handles in creation order, then the communicator. Collective; idempotent."""
+        super().close()
+        _open_comms.discard(self)
+
+    def _leave(self, reason):
+        super()._leave(reason)
+        _open_comms.discard(self)
 
     def __enter__(self):
         return self
