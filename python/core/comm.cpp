@@ -2,6 +2,7 @@
 #include "comm.hpp"
 
 #include <cstring>
+#include <vector>
 
 #include <pcoll/private.h>
 
@@ -111,10 +112,10 @@ void Comm::leave(const std::string& reason) {
     outcome.capture(pcoll_private_comm_abandon(state_->comm, reason.c_str()));
   }
   state_->failed = true;  // from here nothing waits for a peer
-  while (!state_->handles.empty()) {
-    std::shared_ptr<HandleCore> core = state_->handles.front();
-    core->busy = false;  // the interpreter is ending: no other thread still runs Python
-    close_handle(*core);
+  for (const std::shared_ptr<HandleCore>& core : std::vector(state_->handles)) {
+    // A daemon thread still inside a wait on it: destroying the handle under that thread
+    // would free what it uses, so the handle (and with it the communicator) stays.
+    if (!core->busy) close_handle(*core);
   }
   finalize();
 }
