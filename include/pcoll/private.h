@@ -49,6 +49,14 @@ PCOLL_API int pcoll_private_set_error(int status, const char *message);
 PCOLL_API int pcoll_private_allreduce_create_refused(pcoll_comm_t *comm, size_t count, const char *invalid_here,
                                                      pcoll_allreduce_t **handle);
 
+/* Leaves the job at once, for a program that ends without pcoll_finalize (a Python
+ * interpreter exiting on an exception or Ctrl-C): fails the communicator naming this rank,
+ * with `reason` (may be NULL) in this rank's log, and tells every peer, so that their
+ * outstanding and later calls return PCOLL_ERR_PEER_FAILED instead of waiting for this
+ * rank. The caller then destroys its handles and calls pcoll_finalize, which on a failed
+ * communicator waits for nobody and releases the provider's resources (shared memory). */
+PCOLL_API int pcoll_private_comm_abandon(pcoll_comm_t *comm, const char *reason);
+
 #ifdef __cplusplus
 }
 #endif

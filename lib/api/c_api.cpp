@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -174,6 +175,16 @@ int pcoll_private_init_with_bootstrap(const pcoll_private_bootstrap_t* callbacks
 
 int pcoll_private_set_error(int status, const char* message) {
   return set_error(status, message != nullptr ? message : "");
+}
+
+int pcoll_private_comm_abandon(pcoll_comm_t* comm, const char* reason) {
+  return guarded("pcoll_private_comm_abandon", [&] {
+    require(comm != nullptr, "comm is NULL");
+    pcoll::Comm& c = *comm->comm;
+    std::lock_guard lock(c.engine_mutex());
+    c.mark_failed(c.rank(), "rank " + std::to_string(c.rank()) + " left the job without closing its communicator" +
+                                (reason != nullptr && *reason != '\0' ? std::string(" (") + reason + ")" : ""));
+  });
 }
 
 int pcoll_comm_rank(const pcoll_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->rank(); }

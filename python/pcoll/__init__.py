@@ -6,12 +6,14 @@
             info = ar.run(grad, grad)               # numpy arrays or CPU torch tensors
 
 The buffers, rounds and errors are pcoll's C API (pcoll/pcoll.h) through the _core
-extension; this module adds the creation-time agreement described in Comm.allreduce.
+extension; this module parses the creation arguments and closes what a program left open
+when the interpreter exits (docs/python.md, "Lifetimes").
 """
 
-import array
+import atexit
 import operator
 import signal
+import sys
 import threading
 
 from . import _core
@@ -33,16 +35,41 @@ OPS = tuple(_core.OPS)
 MODES = tuple(_core.MODES)
 LATE = tuple(_core.LATE)
 
-# The creation arguments as compared across ranks: one int64 word each (the seed in two
-# 32-bit halves, so that negating a word never overflows).
-_FIELDS = ("count", "dtype", "op", "mode", "late", "max_lag", "sync_every", "seed", "timeout_ms", "quorum",
-           "grace_us")
-_WORDS = 12
-
 
 def init():
     """Joins the job: the same bootstrap rules as pcoll_init (pcollrun, srun, mpirun, PCOLL_*)."""
     return Comm()
+
+
+# Every communicator not yet closed, for _close_at_exit. Held strongly: a communicator the
+# program dropped without close() still holds its endpoint, to be released at exit.
+_open_comms = set()
+
+
+def _close_at_exit():
+    """Closes what the program left open when the interpreter exits, so that nothing of the
+    provider's (shared-memory files in /dev/shm) outlives the process.
+
+    A program that returned normally is closed as comm.close() would: collectively, the
+    other ranks doing the same at their exit. One that ends on an uncaught exception
+    (KeyboardInterrupt from Ctrl-C included; the interpreter then sets sys.last_value) may
+    be the only rank leaving, so it leaves alone: its peers are told and get PeerFailed
+    naming it, and nothing waits for them. A collective close that fails leaves alone too.
+    """
+    exception = getattr(sys, "last_value", None)
+    for comm in list(_open_comms):
+        if comm.closed:
+            continue
+        if exception is not None:
+            comm._leave(f"the program ended with {type(exception).__name__}")
+            continue
+        try:
+            comm.close()
+        except BaseException as error:  # noqa: B036 - the interpreter is ending either way
+            comm._leave(f"closing at exit failed: {error}")
+
+
+atexit.register(_close_at_exit)
 
 
 def _reclaim_signal_handlers():
@@ -97,8 +124,9 @@ def _enum(name, value, table, numbers_too):
     raise TypeError(f"{name} must be one of {', '.join(table)}, got {value!r}")
 
 
-def _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, quorum, grace_us):
-    """(words, problems): the arguments as int64 words, and (field index, message) per bad one."""
+def _to_c(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, quorum, grace_us):
+    """(values, problem): the arguments as the C API's values, and what is wrong with the
+    first one that is not one (None when they all parse)."""
     parsers = (
         lambda: _integer("count", count, 2**62),
         lambda: _enum("dtype", dtype, _core.DTYPES, False),
@@ -112,23 +140,14 @@ def _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, 
         lambda: _integer("quorum", quorum, 2**32),
         lambda: _integer("grace_us", grace_us, 2**32),
     )
-    values, problems = [], []
-    for index, parse in enumerate(parsers):
+    values, problem = [], None
+    for parse in parsers:
         try:
             values.append(parse())
         except (TypeError, ValueError) as error:
-            problems.append((index, str(error)))
+            problem = problem or str(error)
             values.append(0)
-    seed_value = values[7]
-    words = values[:7] + [seed_value >> 32, seed_value & 0xFFFFFFFF] + values[8:]
-    return words, values, problems
-
-
-def _describe(field, value):
-    for name, table in (("dtype", _core.DTYPES), ("op", _core.OPS), ("mode", _core.MODES), ("late", _core.LATE)):
-        if field == name:
-            return next((key for key, number in table.items() if number == value), str(value))
-    return str(value)
+    return values, problem
 
 
 class Comm(_core.Comm):
@@ -137,7 +156,7 @@ class Comm(_core.Comm):
     def __init__(self):
         super().__init__()
         _reclaim_signal_handlers()  # in case pcoll_init loaded more providers
-        self._agreement = None
+        _open_comms.add(self)
 
     def allreduce(self, count, dtype="float32", op="avg", mode="solo", max_lag=1, sync_every=0, seed=0,
                   late="carry", timeout_ms=None, quorum=0, grace_us=0):
@@ -146,54 +165,25 @@ class Comm(_core.Comm):
         mode="quorum" starts a round once `quorum` ranks posted it (0: a majority,
         floor(P/2)+1), or `grace_us` after the first arrival when that is not 0.
 
-        Before pcoll_allreduce_create sees them, the arguments are compared across ranks in
-        one small sync round (on a handle the communicator keeps for this): a bad argument
-        on any rank raises InvalidArgument on every rank, and different arguments raise
-        Mismatch on every rank, instead of one rank raising while the others wait for it.
-        The C library then checks the same values on every rank, so it fails everywhere
-        or nowhere.
+        The arguments are agreed once, by pcoll_allreduce_create: a bad argument on any
+        rank raises InvalidArgument on every rank naming that rank, and different arguments
+        raise Mismatch on every rank. An argument that is not even a value of the C API
+        (mode="fast", count=-1) enters that agreement as this rank's error.
         """
-        words, values, problems = _parse(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms,
-                                         quorum, grace_us)
-        if self.size > 1:
-            self._agree(words, problems)
-        elif problems:
-            raise InvalidArgument("allreduce: " + "; ".join(message for _, message in problems))
+        values, problem = _to_c(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, quorum,
+                                 grace_us)
+        if problem is not None:
+            self._create_refused(values[0], problem)
         return self._create(*values)
 
-    def _agree(self, words, problems):
-        size = self.size
-        # Maxima of the words and of their negations (minima), then one problem mask per rank.
-        vector = array.array("q", bytes(8 * (2 * _WORDS + size)))
-        for i, word in enumerate(words):
-            vector[i] = word
-            vector[_WORDS + i] = -word
-        vector[2 * _WORDS + self.rank] = sum(1 << index for index, _ in problems)
-        if self._agreement is None:
-            self._agreement = self._create(len(vector), _core.DTYPES["int64"], _core.OPS["max"],
-                                           _core.MODES["sync"], _core.LATE["carry"], 1, 0, 0, 0, 0, 0)
-        self._agreement.run(vector, vector)
-        if problems:
-            raise InvalidArgument("allreduce: " + "; ".join(message for _, message in problems))
-        bad = {rank: vector[2 * _WORDS + rank] for rank in range(size) if vector[2 * _WORDS + rank]}
-        if bad:
-            rank, mask = next(iter(bad.items()))
-            names = ", ".join(_FIELDS[i] for i in range(len(_FIELDS)) if mask >> i & 1)
-            raise InvalidArgument(f"allreduce: rank {rank} passed an invalid {names} (its own error says how); "
-                                  f"creation is collective, so it fails on every rank")
-        differing = []
-        for i in range(_WORDS):
-            high, low = vector[i], -vector[_WORDS + i]
-            if high != low:
-                field = _FIELDS[i] if i < 7 else "seed" if i < 9 else _FIELDS[i - 1]
-                if field == "seed":
-                    differing.append("seed")
-                else:
-                    differing.append(f"{field} (from {_describe(field, low)} to {_describe(field, high)})")
-        if differing:
-            unique = list(dict.fromkeys(differing))
-            raise Mismatch("allreduce: ranks passed different " + ", ".join(unique) +
-                           "; every rank must pass the same creation arguments")
+    def close(self):
+        """Closes the open handles in creation order, then the communicator. Collective; idempotent."""
+        super().close()
+        _open_comms.discard(self)
+
+    def _leave(self, reason):
+        super()._leave(reason)
+        _open_comms.discard(self)
 
     def __enter__(self):
         return self

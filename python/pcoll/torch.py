@@ -21,20 +21,17 @@ import zlib
 import torch
 import torch.distributed
 
-from . import InvalidArgument, InvalidState, Bootstrap
+from . import DTYPES, InvalidArgument, InvalidState, Bootstrap
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "init_process_group", "PartialAllreduceHook"]
 
-_DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.int32: "int32",
-                torch.int64: "int64", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
 def _dtype_name(dtype, what):
-    try:
-        return _DTYPE_NAMES[dtype]
-    except KeyError:
+    """pcoll's name of a torch dtype: torch.float32 is "float32" (the C API's names)."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
         raise InvalidArgument(f"{what} has dtype {dtype}, which pcoll cannot reduce "
-                              f"(it reduces {', '.join(str(d) for d in _DTYPE_NAMES)})") from None
+                              f"(it reduces {', '.join('torch.' + d for d in DTYPES)})")
+    return name
 
 
 def _unique(tensors):

@@ -80,3 +80,54 @@ def test_a_signal_handlers_exception_in_wait_then_close_finishes_the_round(comm)
         ar.close()
     assert ar.closed and not ar.pending
     assert (recv == comm.size).all()
+
+
+def threads_now():
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_ctrl_c_in_wait_keeps_the_round_for_a_later_wait(comm):
+    last = comm.size - 1
+    with comm.allreduce(4, dtype="int64", op="sum", mode="sync") as ar:
+        send, recv = np.ones(4, np.int64), np.zeros(4, np.int64)
+        comm.barrier()
+        if comm.rank == 0:
+            ar.start(send, recv)
+            sigint_soon()
+            with pytest.raises(KeyboardInterrupt):
+                ar.wait()
+            assert ar.pending
+            info = ar.wait()
+        else:
+            if comm.rank == last:
+                time.sleep(LATE_S)
+            info = ar.run(send, recv)
+        assert info.round == 0 and not ar.pending
+        assert (recv == comm.size).all()
+
+
+def test_a_wait_starts_no_thread(comm):
+    # A wait is the calling thread's own loop over timed waits: the process has the same
+    # threads while a rank waits for a straggler as before the wait began. A first round on
+    # another handle starts whatever the engine itself starts.
+    last = comm.size - 1
+    buf = np.ones(4, np.int64)
+    with comm.allreduce(4, dtype="int64", op="sum", mode="sync") as warm:
+        warm.run(buf, buf)
+    with comm.allreduce(4, dtype="int64", op="sum", mode="sync") as ar:
+        comm.barrier()
+        if comm.rank == 0:
+            before = threads_now()
+            during = []
+            previous = signal.signal(signal.SIGALRM, lambda signum, frame: during.append(threads_now()))
+            try:
+                signal.setitimer(signal.ITIMER_REAL, INTERRUPT_S)
+                ar.run(buf, buf)
+            finally:
+                signal.signal(signal.SIGALRM, previous)
+            assert during == [before], f"{before} threads before the wait, {during} during it"
+            assert threads_now() == before
+        else:
+            if comm.rank == last:
+                time.sleep(LATE_S)
+            ar.run(buf, buf)

@@ -1,0 +1,134 @@
+"""What a Python job leaves behind when it ends without comm.close(): nothing. A program
+that returns is closed at exit, one stopped by Ctrl-C leaves alone (its peers are told), and
+neither leaves a shared-memory file in /dev/shm. Each job runs on ofi:shm (16 MiB of
+/dev/shm per rank) in a mount namespace of its own with a private /dev/shm, so other jobs
+on the machine neither disturb the count nor are disturbed. Run directly, not under
+pcollrun: each test launches its own job (PCOLL_TEST_PCOLLRUN, set by meson)."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PCOLLRUN = os.environ.get("PCOLL_TEST_PCOLLRUN")
+RANKS = 3
+
+PREAMBLE = """
+import os, signal, sys
+import numpy as np
+import pcoll
+comm = pcoll.init()
+ar = comm.allreduce(1024, dtype="float32", op="sum", mode="sync")
+buf = np.ones(1024, np.float32)
+"""
+
+# Counts the files in the private /dev/shm before and after the job, on one line each.
+SHELL = ('mount -t tmpfs pcoll_test /dev/shm && ls -A /dev/shm | wc -l && '
+         '"$@" > "$JOB_LOG" 2>&1; echo $?; ls -A /dev/shm | wc -l; ls -A /dev/shm >&2')
+
+
+# The ranks started by hand (PCOLL_RANK, PCOLL_ROOT...), not by pcollrun, which would end
+# the other ranks as soon as one exits with an error.
+MANUAL = ('for rank in $(seq 0 $((PCOLL_SIZE - 1))); do PCOLL_RANK=$rank "$@" & done; '
+          'status=0; for rank in $(seq 1 $PCOLL_SIZE); do wait -n || status=$?; done; exit $status')
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job(tmp_path, body, manual=False):
+    """(exit status of the job, files before, files after, job output)."""
+    if not PCOLLRUN:
+        pytest.skip("PCOLL_TEST_PCOLLRUN is not set (run through meson test)")
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a private /dev/shm")
+    script = tmp_path / "job.py"
+    script.write_text(PREAMBLE + textwrap.dedent(body))
+    log = tmp_path / "job.log"
+    environment = {**os.environ, "PCOLL_PROVIDER": "ofi:shm", "JOB_LOG": str(log)}
+    if manual:
+        environment.update(PCOLL_SIZE=str(RANKS), PCOLL_ROOT=f"127.0.0.1:{free_port()}", PCOLL_JOB_KEY="exit-test",
+                           PCOLL_TIMEOUT_MS="20000")
+        launcher = ["bash", "-c", MANUAL, "bash"]
+    else:
+        launcher = [PCOLLRUN, "-n", str(RANKS), "--timeout-ms", "20000"]
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", SHELL, "sh",
+               *launcher, sys.executable, str(script)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90, env=environment)
+    if done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"no private /dev/shm here: {done.stderr.strip()}")
+    before, status, after = (int(line) for line in done.stdout.split())
+    return status, before, after, log.read_text() + done.stderr
+
+
+def test_a_program_that_returns_without_close_leaves_nothing_in_dev_shm(tmp_path):
+    status, before, after, output = job(tmp_path, """
+        ar.run(buf, buf)
+        assert (buf == comm.size).all()
+        print("returning without close", flush=True)
+    """)
+    assert status == 0, output
+    assert before == 0 and after == 0, output
+    assert output.count("returning without close") == RANKS, output
+
+
+def test_ctrl_c_leaves_nothing_in_dev_shm(tmp_path):
+    # Rank 0 sends SIGINT to pcollrun, as Ctrl-C does; pcollrun forwards it to every rank,
+    # which raises KeyboardInterrupt in the middle of its rounds.
+    status, before, after, output = job(tmp_path, """
+        for step in range(1000000):
+            if step == 20 and comm.rank == 0:
+                os.kill(os.getppid(), signal.SIGINT)
+            ar.run(buf, buf)
+            buf[:] = 1
+    """)
+    assert status != 0, output
+    assert before == 0 and after == 0, output
+    assert "KeyboardInterrupt" in output and "RuntimeError" not in output, output
+
+
+def test_an_uncaught_exception_on_one_rank_is_peer_failed_naming_it_on_the_others(tmp_path):
+    # Rank 1 ends on an exception while the others wait in a sync round for it: at exit it
+    # tells them it left, so they raise PeerFailed naming it long before the 20 s timeout.
+    status, before, after, output = job(tmp_path, """
+        import time
+        if comm.rank == 1:
+            time.sleep(0.5)  # the others are in their round by then
+            raise RuntimeError("rank 1 gives up")
+        started = time.monotonic()
+        try:
+            ar.run(buf, buf)
+        except pcoll.PeerFailed as error:
+            print(f"rank {comm.rank} after {time.monotonic() - started:.1f} s: {error}", flush=True)
+            assert "rank 1" in str(error) and time.monotonic() - started < 10
+    """, manual=True)
+    assert status != 0, output  # rank 1's
+    assert "RuntimeError: rank 1 gives up" in output, output
+    for rank in (0, 2):
+        assert f"rank {rank} after" in output, output
+    assert before == 0 and after == 0, output
+
+
+def test_calls_after_comm_close_say_the_communicator_is_closed(tmp_path):
+    status, _, after, output = job(tmp_path, """
+        comm.close()
+        for call in (lambda: comm.allreduce(4), lambda: ar.run(buf, buf), comm.barrier):
+            try:
+                call()
+            except pcoll.InvalidState as error:
+                assert "the communicator is closed" in str(error), error
+                print("refused:", error, flush=True)
+            else:
+                raise AssertionError("a call after comm.close() succeeded")
+    """)
+    assert status == 0, output
+    assert output.count("refused:") == 3 * RANKS, output
+    assert "allreduce is closed" not in output, output
+    assert after == 0, output
