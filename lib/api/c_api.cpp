@@ -191,7 +191,7 @@ int pcoll_barrier(pcoll_comm_t* comm) {
   return guarded("pcoll_barrier", [&] {
     require(comm != nullptr, "comm is NULL");
     comm->comm->check_failed();
-    comm->comm->barrier(comm->comm->timeout());
+    comm->comm->barrier(pcoll::CallHeader{pcoll::CallKind::barrier}, comm->comm->timeout());
   });
 }
 
@@ -201,7 +201,7 @@ int pcoll_finalize(pcoll_comm_t* comm) {
     require(comm != nullptr, "comm is NULL");
     // Nobody tears down its endpoint while a peer may still be talking to it.
     owned->comm->begin_leaving();
-    if (!owned->comm->failed()) owned->comm->barrier(owned->comm->timeout());
+    if (!owned->comm->failed()) owned->comm->barrier(pcoll::CallHeader{pcoll::CallKind::finalize}, owned->comm->timeout());
     owned.reset();
   });
 }
