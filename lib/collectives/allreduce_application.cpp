@@ -246,8 +246,9 @@ void Allreduce::destroy() {
   // waited for first (its peers need this rank's part); then every rank's writes into
   // this handle's memory are fenced by a barrier before the memory is deregistered. On a
   // failed communicator there is nobody to wait for: the memory stays registered until
-  // pcoll_finalize (Comm::release_region).
-  if (comm_.failed()) return;
+  // pcoll_finalize (Comm::release_region), and the failure is returned (pcoll.h), so that
+  // a rank told of a mismatch before its destroy does not report success.
+  comm_.check_failed();
   bool outstanding = false;
   {
     std::lock_guard lock(comm_.engine_mutex());

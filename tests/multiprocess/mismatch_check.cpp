@@ -9,7 +9,9 @@
 //
 // The calls: create (a second handle), destroy (the handle), barrier, finalize, flush and
 // run (a round of the handle). --delay-ms holds back `run` and `flush` that long, so that
-// in solo mode the other ranks are inside their calls when the round starts.
+// in solo mode the other ranks are inside their calls when the round starts; with
+// --late-rank R it holds back rank R's call instead, whatever it is (a rank that makes its
+// call after the others found the mismatch must get it too).
 #include <unistd.h>
 
 #include <chrono>
@@ -33,6 +35,7 @@ struct Options {
   std::vector<std::string> calls;  // by rank
   pcoll_mode_t mode = PCOLL_MODE_SYNC;
   int delay_ms = 0;
+  int late_rank = -1;  // the rank held back; -1: every run and flush
 };
 
 bool known_call(const std::string& call) {
@@ -66,6 +69,8 @@ Options parse(int argc, char** argv) {
       else if (value == "solo") options.mode = PCOLL_MODE_SOLO;
       else if (value == "majority") options.mode = PCOLL_MODE_MAJORITY;
       else usage("unknown mode " + value);
+    } else if (arg == "--late-rank") {
+      options.late_rank = std::atoi(value.c_str());
     } else if (arg == "--delay-ms") {
       options.delay_ms = std::atoi(value.c_str());
     } else {
@@ -78,6 +83,9 @@ Options parse(int argc, char** argv) {
 // Makes `call`; the communicator is gone afterwards when it was finalize.
 int make_call(const std::string& call, pcoll_comm_t*& comm, pcoll_allreduce_t*& handle, const Options& options) {
   std::vector<float> send(kCount, 1.0f), recv(kCount);
+  const bool round = call == "flush" || call == "run";
+  if (options.late_rank >= 0 ? options.late_rank == pcoll_comm_rank(comm) : round)
+    std::this_thread::sleep_for(std::chrono::milliseconds(options.delay_ms));
   if (call == "create") {
     pcoll_allreduce_t* second = nullptr;
     const int rc = pcoll_allreduce_create(comm, kCount, PCOLL_FLOAT32, PCOLL_OP_SUM, options.mode, nullptr, &second);
@@ -95,7 +103,6 @@ int make_call(const std::string& call, pcoll_comm_t*& comm, pcoll_allreduce_t*& 
     comm = nullptr;
     return rc;
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(options.delay_ms));
   if (call == "flush") return pcoll_allreduce_flush(handle, recv.data(), nullptr);
   return pcoll_allreduce_run(handle, send.data(), recv.data(), nullptr);
 }
@@ -106,6 +113,26 @@ bool names_both_calls(const std::string& message, const std::string& mine, const
   for (const std::string& theirs : options.calls)
     if (theirs != mine && message.find(theirs) != std::string::npos) return true;
   return false;
+}
+
+int setup_failed(int rank) {
+  std::fprintf(stderr, "mismatch_check rank %d: setup: %s\n", rank, pcoll_last_error());
+  return 3;
+}
+
+// The mismatch reached this rank before its own call: the message must name two of the
+// calls the ranks make.
+int told_early(int rank, const std::string& message, pcoll_comm_t* comm, pcoll_allreduce_t* handle,
+               const Options& options) {
+  std::printf("mismatch_check rank %d: told before its call: %s\n", rank, message.c_str());
+  std::fflush(stdout);
+  bool named = false;
+  for (const std::string& call : options.calls)
+    named = named || (message.find(call) != std::string::npos && names_both_calls(message, call, options));
+  pcoll_allreduce_destroy(handle);
+  pcoll_finalize(comm);
+  if (!named) std::fprintf(stderr, "mismatch_check rank %d: expected a message naming two calls\n", rank);
+  return named ? 0 : 1;
 }
 
 }  // namespace
@@ -123,15 +150,17 @@ int main(int argc, char** argv) {
   if (options.calls.size() != static_cast<size_t>(size)) usage("give one call per rank (--rank0 .. --rankN)");
   for (const std::string& call : options.calls)
     if (call.empty()) usage("give one call per rank (--rank0 .. --rankN)");
-  pcoll_allreduce_t* handle = nullptr;
-  if (pcoll_allreduce_create(comm, kCount, PCOLL_FLOAT32, PCOLL_OP_SUM, options.mode, nullptr, &handle) != PCOLL_SUCCESS ||
-      pcoll_barrier(comm) != PCOLL_SUCCESS) {
-    std::fprintf(stderr, "mismatch_check rank %d: setup: %s\n", rank, pcoll_last_error());
-    return 3;
-  }
   const std::string& mine = options.calls[static_cast<size_t>(rank)];
   bool all_equal = true;
   for (const std::string& call : options.calls) all_equal = all_equal && call == mine;
+  pcoll_allreduce_t* handle = nullptr;
+  if (pcoll_allreduce_create(comm, kCount, PCOLL_FLOAT32, PCOLL_OP_SUM, options.mode, nullptr, &handle) != PCOLL_SUCCESS)
+    return setup_failed(rank);
+  // A rank still in this barrier can already hear of the mismatch: a peer that left it
+  // made its call, and a third rank found the mismatch against it (P=3).
+  const int setup = pcoll_barrier(comm);
+  if (setup == PCOLL_ERR_MISMATCH && !all_equal) return told_early(rank, pcoll_last_error(), comm, handle, options);
+  if (setup != PCOLL_SUCCESS) return setup_failed(rank);
 
   const auto started = std::chrono::steady_clock::now();
   const int rc = make_call(mine, comm, handle, options);
