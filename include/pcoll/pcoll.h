@@ -35,7 +35,7 @@ extern "C" {
 #define PCOLL_SUCCESS 0
 #define PCOLL_ERR_INVALID_ARGUMENT 1 /* bad argument, option or environment variable */
 #define PCOLL_ERR_INVALID_STATE 2    /* call made in the wrong order */
-#define PCOLL_ERR_MISMATCH 3         /* ranks passed different collective arguments */
+#define PCOLL_ERR_MISMATCH 3         /* ranks made different collective calls or passed different arguments */
 #define PCOLL_ERR_TIMEOUT 4          /* a peer did not answer within the timeout */
 #define PCOLL_ERR_PEER_FAILED 5      /* a peer died or reported failure */
 #define PCOLL_ERR_TRANSPORT 6        /* the provider (libfabric / UCX) failed */
@@ -83,6 +83,10 @@ typedef struct {
 
 PCOLL_API void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t *opts);
 
+/* Collective calls (create, destroy, pcoll_barrier, pcoll_finalize, and each handle's
+ * start/run and flush) must be made by every rank in the same order. Calls that differ give
+ * PCOLL_ERR_MISMATCH on every rank, naming both calls, and fail the communicator
+ * (docs/design.md, "Mismatched calls"). */
 PCOLL_API int pcoll_init(pcoll_comm_t **comm); /* bootstrap from the environment */
 PCOLL_API int pcoll_comm_rank(const pcoll_comm_t *comm);
 PCOLL_API int pcoll_comm_size(const pcoll_comm_t *comm);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 
 #include <api/foreign_bootstrap.hpp>
@@ -202,7 +203,7 @@ int pcoll_barrier(pcoll_comm_t* comm) {
   return guarded("pcoll_barrier", [&] {
     require(comm != nullptr, "comm is NULL");
     comm->comm->check_failed();
-    comm->comm->barrier(comm->comm->timeout());
+    comm->comm->barrier(pcoll::CallHeader{pcoll::CallKind::barrier}, comm->comm->timeout());
   });
 }
 
@@ -212,8 +213,17 @@ int pcoll_finalize(pcoll_comm_t* comm) {
     require(comm != nullptr, "comm is NULL");
     // Nobody tears down its endpoint while a peer may still be talking to it.
     owned->comm->begin_leaving();
-    if (!owned->comm->failed()) owned->comm->barrier(owned->comm->timeout());
+    if (!owned->comm->failed()) owned->comm->barrier(pcoll::CallHeader{pcoll::CallKind::finalize}, owned->comm->timeout());
+    // A communicator that failed before (a peer, a mismatch another rank reported) still
+    // goes, and its failure is returned: finalize is a collective call like the others.
+    std::optional<pcoll::Error> failure;
+    try {
+      owned->comm->check_failed();
+    } catch (const pcoll::Error& error) {
+      failure = error;
+    }
     owned.reset();
+    if (failure) throw *failure;
   });
 }
 

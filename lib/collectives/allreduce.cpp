@@ -171,12 +171,12 @@ void Allreduce::estimate_clock_offset() {
   constexpr int kSamples = 7;
   std::vector<int64_t> mine(kSamples);
   for (int k = 0; k < kSamples; ++k) {
-    comm_.barrier(timeout_);
+    comm_.barrier(CallHeader{CallKind::clock_sample, 0, id_, 0}, timeout_);
     mine[static_cast<size_t>(k)] = trace_->trace().now_ns();
   }
   std::vector<std::byte> blob(sizeof(int64_t) * kSamples);
   std::memcpy(blob.data(), mine.data(), blob.size());
-  const auto all = comm_.agree(blob, timeout_);
+  const auto all = comm_.agree(CallHeader{CallKind::clock_sample, 0, id_, 0}, blob, timeout_);
   std::vector<int64_t> root(kSamples);
   if (all[0].size() != blob.size()) fail(Errc::protocol, "rank 0 sent a malformed clock sample");
   std::memcpy(root.data(), all[0].data(), blob.size());
@@ -199,6 +199,9 @@ bool Allreduce::can_join(uint64_t round) {
   const bool posted = app_next_ > round;
   const bool flush = posted_ && posted_->round == round && posted_->flush;
   if (flush || policy_->synchronous(round)) return posted;
+  // An application inside an agreement posts no round before it ends; a peer's round it
+  // has not posted waits (docs/design.md, "Mismatched calls").
+  if (!posted && comm_.in_agreement_locked()) return false;
   if (round < activated_) return lag_allows(round);
   if (!posted || !policy_->starts(round, Clock::now())) return false;
   // The application posted a round nobody has activated yet, and the policy starts it.
@@ -294,7 +297,7 @@ void Allreduce::join(uint64_t round) {
   const bool carried = memory_->has_carry();
   // The contribution: the carry (in the work buffer already, or spilled), plus the sendbuf
   // when the application posted this round in time.
-  memory_->contribute(fresh && !flush ? posted_->sendbuf : nullptr, fresh, initiated_current_);
+  memory_->contribute(fresh && !flush ? posted_->sendbuf : nullptr, fresh, initiated_current_, flush);
   memory_->set_late(round, !fresh);
   active_flush_ = flush;
   observe([&](RoundObserver& o) { o.joined(round, fresh, flush, carried); });
@@ -342,6 +345,9 @@ void Allreduce::fill_info(uint64_t round, RoundInfo& info) {
                                          : ", which its mode does not allow"));
   });
   info.caller_late = memory_->late(round);
+  if (const auto mixed = memory_->mixed_flush())
+    fail(Errc::mismatch, "rank " + std::to_string(mixed->first) + " called flush of handle " + std::to_string(id_) +
+                             " while rank " + std::to_string(mixed->second) + " called run (round " + std::to_string(round) + ")");
 }
 
 // --- The plan's chunks (ExecutorPort) -------------------------------------------------------

@@ -65,10 +65,12 @@ void Allreduce::flush(void* recvbuf, RoundInfo* info) {
     if (posted_)
       fail(Errc::invalid_state, "pcoll_allreduce_flush: round " + std::to_string(posted_->round) +
                                     " is still outstanding; call pcoll_allreduce_wait first");
+    // Another rank's run started this round: the calls differ (docs/design.md, "Mismatched
+    // calls"), and the communicator fails so that the other ranks hear of it.
     if (app_next_ < joined_)
-      fail(Errc::invalid_state, "pcoll_allreduce_flush: round " + std::to_string(app_next_) +
-                                    " was already started by another rank's run; every rank must "
-                                    "call flush at the same round");
+      comm_.fail_locked(Error(Errc::mismatch, "rank " + std::to_string(rank_) + " called flush of handle " +
+                                                  std::to_string(id_) + " at round " + std::to_string(app_next_) +
+                                                  ", which another rank had started with run"));
     post(app_next_, nullptr, recvbuf, true, lock);
   }
   wait_for_round(info);
@@ -244,8 +246,9 @@ void Allreduce::destroy() {
   // waited for first (its peers need this rank's part); then every rank's writes into
   // this handle's memory are fenced by a barrier before the memory is deregistered. On a
   // failed communicator there is nobody to wait for: the memory stays registered until
-  // pcoll_finalize (Comm::release_region).
-  if (comm_.failed()) return;
+  // pcoll_finalize (Comm::release_region), and the failure is returned (pcoll.h), so that
+  // a rank told of a mismatch before its destroy does not report success.
+  comm_.check_failed();
   bool outstanding = false;
   {
     std::lock_guard lock(comm_.engine_mutex());
@@ -261,7 +264,12 @@ void Allreduce::destroy() {
       comm_.fail_locked(error);
     }
   }
-  comm_.barrier(timeout_);
+  uint64_t rounds = 0;
+  {
+    std::lock_guard lock(comm_.engine_mutex());
+    rounds = app_next_;
+  }
+  comm_.barrier(CallHeader{CallKind::destroy, 0, id_, rounds}, timeout_);
 }
 
 }  // namespace pcoll

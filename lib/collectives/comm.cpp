@@ -248,7 +248,33 @@ void Comm::dispatch_failure_locked(const Notice& notice) {
     fail(Errc::protocol, "failure notice from rank " + std::to_string(notice.sender) + " of " + std::to_string(size_));
   if (culprit != unknown && culprit >= static_cast<uint32_t>(size_))
     fail(Errc::protocol, "failure notice naming rank " + std::to_string(culprit) + " of " + std::to_string(size_));
-  detector_->on_failure_notice(static_cast<int>(notice.sender), culprit == unknown ? -1 : static_cast<int>(culprit));
+  const int sender = static_cast<int>(notice.sender);
+  const std::optional<FailureReport> report = agreement_ ? agreement_->report_from(sender) : std::nullopt;
+  detector_->on_failure_notice(sender, culprit == unknown ? -1 : static_cast<int>(culprit), report ? &*report : nullptr);
+}
+
+void Comm::check_waits_against_agreement_locked() {
+  bool waiting = false;
+  for (const HandleSlot& slot : slots_) waiting = waiting || (slot.handle != nullptr && slot.handle->awaited_round_locked());
+  if (!waiting) return;
+  for (const auto& [peer, call] : agreement_->calls_ahead()) {
+    for (const HandleSlot& slot : slots_) {
+      if (slot.handle == nullptr) continue;
+      const auto awaited = slot.handle->awaited_round_locked();
+      if (!awaited) continue;
+      if (const auto problem = waiting_round_mismatch(rank_, slot.handle->id(), awaited->first, awaited->second, peer, call))
+        fail(Errc::mismatch, *problem);
+    }
+  }
+}
+
+RoundsTable Comm::rounds_table_locked() const {
+  RoundsTable table(slots_.size());
+  for (size_t slot = 0; slot < slots_.size(); ++slot) {
+    const Allreduce* handle = slots_[slot].handle;
+    if (handle != nullptr) table[slot] = RoundsEntry{handle->id(), static_cast<uint32_t>(handle->rounds_posted_locked())};
+  }
+  return table;
 }
 
 void Comm::drive_locked() {
@@ -272,6 +298,7 @@ void Comm::drive_locked() {
     // A failure notice in that batch failed the communicator: no round goes on, and no
     // post to a peer that may have left since gets the chance to fail in its own name.
     check_failed();
+    if (agreement_ && agreement_->peers_ahead()) check_waits_against_agreement_locked();
     for (const HandleSlot& slot : slots_)
       if (slot.handle != nullptr) slot.handle->advance_locked();
   } catch (const Error& error) {
@@ -307,7 +334,7 @@ void Comm::fail_locked(const Error& error, std::span<const uint64_t> undelivered
     }
     if (found && error.code() == Errc::timeout && found->rank() >= 0 && found->rank() != error.rank()) {
       log::debug(std::string("superseded by an earlier delivery error: ") + error.what());
-      mark_failed(found->rank(), found->what());
+      mark_failed(found->rank(), found->what(), found->code() == Errc::mismatch ? Errc::mismatch : Errc::ok);
       throw *found;
     }
   } else {
@@ -316,7 +343,9 @@ void Comm::fail_locked(const Error& error, std::span<const uint64_t> undelivered
     log::debug(std::string("after the recorded failure: ") + error.what());
     check_failed();
   }
-  mark_failed(culprit.value_or(error.rank()), error.what());
+  // A mismatch keeps its code on every rank; other errors become a peer's or the
+  // transport's failure.
+  mark_failed(culprit.value_or(error.rank()), error.what(), error.code() == Errc::mismatch ? Errc::mismatch : Errc::ok);
   throw error;
 }
 
@@ -376,6 +405,14 @@ void Comm::send_pong(int peer) { transport_->notify(peer, codec_.control(kContro
 void Comm::send_failure(int peer, int culprit) {
   const uint32_t detail = culprit >= 0 ? static_cast<uint32_t>(culprit) : codec_.unknown_rank();
   transport_->notify(peer, codec_.failure(detail, static_cast<uint32_t>(rank_)));
+}
+
+// A mismatch's notice travels with its message: written into the peer's report slot, with
+// the notice as the write's notification (it arrives once the message is visible).
+void Comm::send_report(int peer, int culprit, const FailureReport& report) {
+  if (agreement_ == nullptr) return send_failure(peer, culprit);
+  const uint32_t detail = culprit >= 0 ? static_cast<uint32_t>(culprit) : codec_.unknown_rank();
+  agreement_->send_report(peer, report, codec_.failure(detail, static_cast<uint32_t>(rank_)));
 }
 
 void Comm::send_failure_ack(int peer) {

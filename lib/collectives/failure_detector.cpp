@@ -40,12 +40,13 @@ void FailureDetector::heartbeat(Clock::time_point now, std::chrono::milliseconds
   watch(successor, timeout, now);
 }
 
-void FailureDetector::mark_failed(int culprit, const std::string& reason) {
+void FailureDetector::mark_failed(int culprit, const std::string& reason, Errc code) {
+  if (code == Errc::ok) code = culprit >= 0 ? Errc::peer_failed : Errc::transport;
   {
     std::lock_guard lock(failure_mutex_);
     if (failed_.load(std::memory_order_relaxed)) return;
     failure_reason_ = reason;
-    failure_code_ = static_cast<int>(culprit >= 0 ? Errc::peer_failed : Errc::transport);
+    failure_code_ = static_cast<int>(code);
     culprit_ = culprit;
     failed_.store(true, std::memory_order_release);
   }
@@ -54,7 +55,8 @@ void FailureDetector::mark_failed(int culprit, const std::string& reason) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || r == culprit) continue;
     try {
-      notices_.send_failure(r, culprit);
+      if (code == Errc::mismatch) notices_.send_report(r, culprit, FailureReport{code, reason});
+      else notices_.send_failure(r, culprit);
     } catch (const Error&) {
       // That peer may be gone too; the others still need to hear. Nobody waits for its
       // acknowledgement.
@@ -81,12 +83,18 @@ void FailureDetector::check_failed() const {
   throw Error(static_cast<Errc>(failure_code_), failure_reason_);
 }
 
-void FailureDetector::on_failure_notice(int sender, int culprit) {
+void FailureDetector::on_failure_notice(int sender, int culprit, const FailureReport* report) {
   knows_[static_cast<size_t>(sender)] = true;
   try {
     notices_.send_failure_ack(sender);
   } catch (const Error&) {
     // The sender is gone; it did not wait for us then.
+  }
+  if (report != nullptr) {
+    mark_failed(culprit, std::string(errc_name(report->code)) + " (rank " + std::to_string(sender) + " reported: " +
+                             report->text + ")",
+                report->code);
+    return;
   }
   mark_failed(culprit,
               culprit < 0 ? "another rank reported a failure of the job"

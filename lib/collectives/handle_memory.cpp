@@ -2,6 +2,7 @@
 #include <collectives/handle_memory.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <collectives/dtype.hpp>
@@ -45,6 +46,17 @@ uint64_t saturating_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 
 uint64_t rounded_to_line(uint64_t bytes) { return bytes > UINT64_MAX - 63 ? UINT64_MAX : (bytes + 63) / 64 * 64; }
 
+// A flag's magnitude: 0 (not set), 1 (fresh), 2 (flushed).
+double flag_magnitude(pcoll_dtype_t acc_dtype, const std::byte* at) {
+  switch (acc_dtype) {
+    case PCOLL_FLOAT32: { float v; std::memcpy(&v, at, sizeof v); return std::abs(static_cast<double>(v)); }
+    case PCOLL_FLOAT64: { double v; std::memcpy(&v, at, sizeof v); return std::abs(v); }
+    case PCOLL_INT32: { int32_t v; std::memcpy(&v, at, sizeof v); return std::abs(static_cast<double>(v)); }
+    case PCOLL_INT64: { int64_t v; std::memcpy(&v, at, sizeof v); return std::abs(static_cast<double>(v)); }
+    default: return 0;
+  }
+}
+
 }  // namespace
 
 uint64_t HandleMemory::footprint(const HandleSpec& spec, int ranks, size_t landing_elems, size_t counter_words) {
@@ -53,6 +65,18 @@ uint64_t HandleMemory::footprint(const HandleSpec& spec, int ranks, size_t landi
   const uint64_t landing = rounded_to_line(saturating_mul(landing_elems, acc));
   const uint64_t scratch = saturating_mul(std::min<uint64_t>(spec.count, kScratchElems), acc);
   return saturating_add(saturating_add(work, landing), saturating_add(saturating_mul(counter_words, 8), scratch));
+}
+
+std::optional<std::pair<int, int>> HandleMemory::mixed_flush() const {
+  const std::byte* flags = work() + acc_bytes(total_elems_ - 2 * static_cast<size_t>(ranks_));
+  int flushed = -1, other = -1;
+  for (int r = 0; r < ranks_; ++r) {
+    const bool flush = flag_magnitude(acc_dtype_, flags + acc_bytes(static_cast<size_t>(r))) > 1.5;
+    if (flush && flushed < 0) flushed = r;
+    if (!flush && other < 0) other = r;
+  }
+  if (flushed < 0 || other < 0) return std::nullopt;
+  return std::make_pair(flushed, other);
 }
 
 bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at) {
@@ -83,7 +107,7 @@ HandleMemory::HandleMemory(transport::Transport& transport, const HandleSpec& sp
   late_by_round_.assign(ring_.size(), false);
 }
 
-void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated) {
+void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, bool flush) {
   settler_.settle_writes_from_work();
   std::byte* acc = work();
   const size_t count = spec_.count;
@@ -105,7 +129,9 @@ void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated) {
   std::memset(flags, 0, acc_bytes(2 * ranks));
   const double mark = flag_mark(spec_.op);
   const auto rank = static_cast<size_t>(rank_);
-  if (fresh) store_flag(acc_dtype_, flags + acc_bytes(rank), mark);
+  // A flush marks its fresh flag twice: a round some ranks flush and others run is a
+  // mismatch (mixed_flush).
+  if (fresh) store_flag(acc_dtype_, flags + acc_bytes(rank), flush ? 2 * mark : mark);
   if (initiated) store_flag(acc_dtype_, flags + acc_bytes(ranks + rank), mark);
 }
 

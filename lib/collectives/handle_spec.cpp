@@ -124,7 +124,8 @@ std::vector<transport::Bytes> agree_creation(Comm& comm, const CreationOffer& mi
   std::memcpy(blob.data() + sizeof(int32_t), &mine.signature, sizeof mine.signature);
   if (mine.status == 0) std::memcpy(blob.data() + kDescriptionBytes, mine.key.data(), payload);
   else std::memcpy(blob.data() + kDescriptionBytes, reason.data(), payload);
-  const std::vector<std::vector<std::byte>> all = comm.agree(blob, timeout);
+  const std::vector<std::vector<std::byte>> all =
+      comm.agree(CallHeader{CallKind::create, 0, mine.signature.handle, 0}, blob, timeout);
 
   // Every rank reads the same blobs in the same order, so every rank reports the same error.
   for (size_t r = 0; r < all.size(); ++r) {

@@ -8,7 +8,7 @@ const char* errc_name(Errc code) noexcept {
     case Errc::ok: return "success";
     case Errc::invalid_argument: return "invalid argument";
     case Errc::invalid_state: return "invalid state (call order)";
-    case Errc::mismatch: return "ranks passed different collective arguments";
+    case Errc::mismatch: return "ranks made different collective calls or passed different arguments";
     case Errc::timeout: return "timed out waiting for a peer";
     case Errc::peer_failed: return "a peer failed";
     case Errc::transport: return "transport (provider) error";

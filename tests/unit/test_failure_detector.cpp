@@ -24,6 +24,7 @@ using Clock = FailureDetector::Clock;
 struct Recorder final : PeerNotices {
   std::vector<int> pings, pongs, acks;
   std::vector<std::pair<int, int>> failures;  // (to, culprit)
+  std::vector<std::pair<int, std::string>> reports;  // (to, text)
   std::set<int> gone;
   int wakes = 0;
   void refuse(int peer) {
@@ -32,6 +33,10 @@ struct Recorder final : PeerNotices {
   void send_ping(int peer) override { refuse(peer); pings.push_back(peer); }
   void send_pong(int peer) override { refuse(peer); pongs.push_back(peer); }
   void send_failure(int peer, int culprit) override { refuse(peer); failures.emplace_back(peer, culprit); }
+  void send_report(int peer, int, const FailureReport& report) override {
+    refuse(peer);
+    reports.emplace_back(peer, report.text);
+  }
   void send_failure_ack(int peer) override { refuse(peer); acks.push_back(peer); }
   void wake_waiters() override { ++wakes; }
 };
@@ -171,6 +176,32 @@ TEST_CASE("failure news: a notice is acknowledged and recorded, naming the culpr
   FailureDetector told(1, 3, nobody, Clock::now());
   told.on_failure_notice(0, -1);
   CHECK(failure_of(told) == "another rank reported a failure of the job");
+}
+
+TEST_CASE("a mismatch is reported to every peer with its message, and keeps its code there") {
+  Recorder sent;
+  FailureDetector finder(1, 3, sent, Clock::now());
+  const std::string found = "rank 0 called barrier while rank 1 called run of handle 0 (round 0)";
+  finder.mark_failed(-1, found, Errc::mismatch);
+  CHECK(sent.failures.empty());
+  CHECK(sent.reports == std::vector<std::pair<int, std::string>>{{0, found}, {2, found}});
+  try {
+    finder.check_failed();
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::mismatch);
+  }
+  Recorder told;
+  FailureDetector peer(0, 3, told, Clock::now());
+  const FailureReport report{Errc::mismatch, found};
+  peer.on_failure_notice(1, -1, &report);
+  CHECK(told.acks == std::vector<int>{1});
+  try {
+    peer.check_failed();
+    FAIL("no failure recorded");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::mismatch);
+    CHECK(std::string(e.what()).find("(rank 1 reported: " + found + ")") != std::string::npos);
+  }
 }
 
 TEST_CASE("a failed rank knows when every peer but the culprit heard of the failure") {

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <collectives/allreduce_stats.hpp>
@@ -79,6 +80,13 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   // nullopt: no such time.
   std::optional<Clock::time_point> next_deadline_locked() const;
   uint32_t id() const { return id_; }
+  // The rounds the application has posted (start and flush calls), and the round it posted
+  // and has not been handed yet, with whether it is a flush (Comm's mismatch checks).
+  uint64_t rounds_posted_locked() const { return app_next_; }
+  std::optional<std::pair<uint64_t, bool>> awaited_round_locked() const {
+    if (!posted_ || posted_->delivered) return std::nullopt;
+    return std::make_pair(posted_->round, posted_->flush);
+  }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:

@@ -52,11 +52,20 @@ class Comm final : private PeerNotices {
 
   // Collective agreement over the transport, probing silent peers (agreement.hpp): what
   // handle creation, destruction and barriers use instead of the bootstrap's collectives.
-  std::vector<std::vector<std::byte>> agree(std::span<const std::byte> mine, std::chrono::milliseconds timeout) {
-    return agreement_->allgather(mine, timeout);
+  // Every rank must make the same `call` (Errc::mismatch on every rank otherwise, and the
+  // communicator fails: docs/design.md, "Mismatched calls").
+  std::vector<std::vector<std::byte>> agree(const CallHeader& call, std::span<const std::byte> mine,
+                                            std::chrono::milliseconds timeout) {
+    return agreement_->allgather(call, mine, timeout);
   }
   // A barrier over agree(): returns once every rank has entered it.
-  void barrier(std::chrono::milliseconds timeout) { agree({}, timeout); }
+  void barrier(const CallHeader& call, std::chrono::milliseconds timeout) { agree(call, {}, timeout); }
+  // Engine lock held: the rounds every handle's application has posted, by handle slot
+  // (what an agreement carries, call_match.hpp).
+  RoundsTable rounds_table_locked() const;
+  // Engine lock held: whether this rank's application is inside an agreement (its engine
+  // then joins no round the application has not posted).
+  bool in_agreement_locked() const { return agreement_ != nullptr && agreement_->in_progress(); }
   // The communicator's default timeout (PCOLL_TIMEOUT_MS).
   std::chrono::milliseconds timeout() const { return timeout_; }
 
@@ -93,7 +102,9 @@ class Comm final : private PeerNotices {
   bool is_leaving() const { return detector_->is_leaving(); }
 
   // Marks the communicator failed (first reason wins), tells every peer, wakes waiters.
-  void mark_failed(int culprit, const std::string& reason) { detector_->mark_failed(culprit, reason); }
+  void mark_failed(int culprit, const std::string& reason, Errc code = Errc::ok) {
+    detector_->mark_failed(culprit, reason, code);
+  }
   // With the engine lock held, for an error this rank's own operation hit (a post that
   // timed out, a failed write): fails the communicator and throws. A failure another rank
   // already reported, sitting undelivered in `undelivered` or in the transport, is the
@@ -150,6 +161,9 @@ class Comm final : private PeerNotices {
   void dispatch_locked(uint64_t value);
   void dispatch_control_locked(const Notice& notice);
   void dispatch_failure_locked(const Notice& notice);
+  // A handle's application waits for a round that a peer, already inside an agreement
+  // this rank has not entered, will never join: Errc::mismatch (call_match.hpp).
+  void check_waits_against_agreement_locked();
   void heartbeat_locked(std::chrono::steady_clock::time_point now);
   // Engine lock held, the communicator failing or failed: dispatches the failure notices
   // and their acknowledgements among `values` (a malformed one is logged and skipped) and
@@ -163,6 +177,7 @@ class Comm final : private PeerNotices {
   void send_ping(int peer) override;
   void send_pong(int peer) override;
   void send_failure(int peer, int culprit) override;
+  void send_report(int peer, int culprit, const FailureReport& report) override;
   void send_failure_ack(int peer) override;
   void wake_waiters() override;
 

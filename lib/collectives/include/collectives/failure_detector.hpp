@@ -16,7 +16,16 @@
 #include <string>
 #include <vector>
 
+#include <support/error.hpp>
+
 namespace pcoll {
+
+// A failure as a rank reports it to the others (mismatches: docs/design.md, "Mismatched
+// calls"): the code every rank returns and the reporter's message.
+struct FailureReport {
+  Errc code = Errc::internal;
+  std::string text;
+};
 
 // How the detector reaches its peers. A send may throw Error (the peer is gone).
 class PeerNotices {
@@ -26,6 +35,9 @@ class PeerNotices {
   virtual void send_pong(int peer) = 0;
   // `culprit` -1: the failure names nobody.
   virtual void send_failure(int peer, int culprit) = 0;
+  // A failure notice that brings the failure's code and message along (a mismatch, which
+  // names no culprit). By default a plain notice.
+  virtual void send_report(int peer, int culprit, const FailureReport& /*report*/) { send_failure(peer, culprit); }
   virtual void send_failure_ack(int peer) = 0;
   // Wakes every thread waiting on the engine: a failure was recorded.
   virtual void wake_waiters() = 0;
@@ -57,16 +69,19 @@ class FailureDetector {
   bool is_leaving() const { return leaving_.load(std::memory_order_acquire); }
 
   // --- The failure record.
-  // Records the failure (the first one wins), tells every peer, wakes waiters.
-  void mark_failed(int culprit, const std::string& reason);
+  // Records the failure (the first one wins), tells every peer, wakes waiters. The code is
+  // peer_failed when a culprit is named, else transport, unless `code` says otherwise; a
+  // mismatch is reported to the peers with its message (send_report).
+  void mark_failed(int culprit, const std::string& reason, Errc code = Errc::ok);
   // Throws the recorded failure, if any. Any thread.
   void check_failed() const;
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   // --- Failure news.
   // `sender` reports a failure naming `culprit` (-1: nobody in particular): acknowledged,
-  // and recorded here unless a failure already is.
-  void on_failure_notice(int sender, int culprit);
+  // and recorded here unless a failure already is; with the sender's `report` when it
+  // wrote one (its code, and its message appended: "(rank S reported: ...)").
+  void on_failure_notice(int sender, int culprit, const FailureReport* report = nullptr);
   // `peer` acknowledged our failure notice.
   void on_failure_ack(int peer) { knows_[static_cast<size_t>(peer)] = true; }
   // Every peer but the culprit acknowledged our notice or told us of the failure itself.

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include <collectives/round_info.hpp>
@@ -74,13 +76,16 @@ class HandleMemory {
 
   // Joining a round: the work buffer becomes carry + `sendbuf` (fresh; nullptr: late, or a
   // flush), the spilled carry folded in, and this rank's flags set.
-  void contribute(const void* sendbuf, bool fresh, bool initiated);
+  void contribute(const void* sendbuf, bool fresh, bool initiated, bool flush = false);
   // The round completed: the work buffer holds its result.
   void round_completed() { holds_ = Holds::result; }
   // Reads the flags of the completed round in the work buffer into `info` (round number,
   // fresh count and mask); calls `initiated(rank)` for each rank whose initiator flag is set.
   template <typename OnInitiator>
   void read_flags(RoundInfo& info, OnInitiator&& initiated) const;
+  // The completed round in the work buffer: a rank that flushed it and one that did not,
+  // when both exist (nullopt when every rank flushed or none did).
+  std::optional<std::pair<int, int>> mixed_flush() const;
 
   // Final values of elements [first, first + elems) are in the work buffer: converted into
   // `recvbuf` now, while in cache, unless `recvbuf` is the late sendbuf still to be carried.

@@ -12,7 +12,7 @@ enum class Errc : int {
   ok = 0,
   invalid_argument = 1,   // bad argument, option or environment variable
   invalid_state = 2,      // call made in the wrong order
-  mismatch = 3,           // ranks disagree on collective arguments
+  mismatch = 3,           // ranks made different collective calls or passed different arguments
   timeout = 4,            // a peer did not answer within the timeout
   peer_failed = 5,        // a peer died or reported failure
   transport = 6,          // the provider (libfabric / UCX) failed
