@@ -402,7 +402,10 @@ class Launcher {
   void terminate_all(int sig) {
     for (auto& rank : ranks_)
       if (rank.running) ::kill(-rank.pid, sig);
-    if (sig != SIGKILL && !kill_deadline_) kill_deadline_ = Clock::now() + kTermGrace;
+    if (sig != SIGKILL && !kill_deadline_) {
+      kill_deadline_ = Clock::now() + kTermGrace;
+      stopping_signal_ = sig;
+    }
   }
 
   void reap() {
@@ -497,8 +500,8 @@ class Launcher {
       if (fds[0].revents & POLLIN) on_signals();
       reap();  // cheap; covers a SIGCHLD that coalesced with one already being handled
       if (kill_deadline_ && Clock::now() >= *kill_deadline_ && any_running()) {
-        std::fprintf(stderr, "pcollrun: ranks still running %lld ms after SIGTERM; killing them\n",
-                     static_cast<long long>(kTermGrace.count()));
+        std::fprintf(stderr, "pcollrun: ranks still running %lld ms after %s; killing them\n",
+                     static_cast<long long>(kTermGrace.count()), signal_name(stopping_signal_).c_str());
         terminate_all(SIGKILL);
         kill_deadline_.reset();
       }
@@ -506,6 +509,7 @@ class Launcher {
   }
 
   Options o_;
+  int stopping_signal_ = SIGTERM;  // what the ranks got before the kill deadline
   std::string program_;  // resolved path of o_.command[0]
   std::vector<Rank> ranks_;
   std::vector<std::string> prefixes_;  // "[r] " under --tag-output, else ""

@@ -3,6 +3,8 @@
 // when one of its entries has everything pcoll needs (ofi_requirements.hpp); otherwise the
 // selector moves on to the next, saying why at info level, and the error when none fits
 // lists every reason.
+#include <dlfcn.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <rdma/fabric.h>
@@ -28,6 +30,37 @@ std::string fi_message(const std::string& call, ssize_t rc) {
 }
 
 void fail_fi(const std::string& call, ssize_t rc) { fail(Errc::transport, fi_message(call, rc)); }
+
+namespace {
+
+// libinfinipath, which Debian's libfabric loads for its psm provider, installs SIGINT and
+// SIGTERM handlers from its constructor that call exit(): a rank given SIGTERM then ran
+// libfabric's destructor while fi_getinfo held the lock that destructor takes, and hung (a
+// plain kill left it stuck), or exited with code 1 instead of being killed by the signal.
+// Handlers of that library (found by the address of the handler) are put back to the
+// default when pcoll is loaded; an application's or interpreter's own handlers stay.
+void release_psm_signal(int sig) {
+  struct sigaction current {};
+  if (::sigaction(sig, nullptr, &current) != 0) return;
+  const void* handler = (current.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(current.sa_sigaction)
+                                                        : reinterpret_cast<void*>(current.sa_handler);
+  if (handler == reinterpret_cast<void*>(SIG_DFL) || handler == reinterpret_cast<void*>(SIG_IGN)) return;
+  Dl_info where{};
+  if (::dladdr(handler, &where) == 0 || where.dli_fname == nullptr) return;
+  const std::string library = where.dli_fname;
+  if (library.find("libinfinipath") == std::string::npos && library.find("libpsm") == std::string::npos) return;
+  struct sigaction fallback {};
+  fallback.sa_handler = SIG_DFL;
+  sigemptyset(&fallback.sa_mask);
+  ::sigaction(sig, &fallback, nullptr);
+}
+
+[[maybe_unused]] const bool kPsmSignalsReleased = [] {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) release_psm_signal(sig);
+  return true;
+}();
+
+}  // namespace
 
 namespace {
 

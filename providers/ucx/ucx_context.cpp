@@ -1,5 +1,8 @@
 // UCX provider entry point: maps the selector variant ("", "shm", "tcp") to a UCP
 // configuration, creates the UCP context and fills in the capabilities.
+#include <signal.h>
+#include <ucs/debug/debug.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -72,6 +75,15 @@ Errc errc_for_peer_status(ucs_status_t status) {
       return Errc::transport;
   }
 }
+
+// From the moment libucs is loaded (whatever provider the job then uses) it catches SIGHUP,
+// UCX_DEBUG_SIGNO's default, to print debug state: a rank given SIGHUP by its launcher or a
+// closing terminal ran on instead of stopping. Unless the user asked for that signal, HUP
+// gets its previous handler back (the default: terminate) when pcoll is loaded.
+[[maybe_unused]] const bool kHangupReleased = [] {
+  if (std::getenv("UCX_DEBUG_SIGNO") == nullptr) ucs_debug_disable_signal(SIGHUP);
+  return true;
+}();
 
 void UcxCore::create_context() {
   const VariantConfig vc = variant_config(variant);

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The signal matrix (docs/reliability.md, "Signals"): a signal sent to pcollrun or to one
+# rank of a running two-rank job must leave, within 3 s, no rank running, no orphan, nothing
+# in /dev/shm, and pcollrun's exit status 128 + that signal. Ranks are C (pcoll_allreduce,
+# in its rounds: phase 'run') or Python (rounds with a sleep between them: phase
+# 'compute'). Runs in a private /dev/shm (a tmpfs in its own mount namespace).
+#
+#   signal_matrix.sh BUILD [--ci] [--providers "ofi:shm ucx:shm"] [--signals "INT TERM HUP QUIT USR1"]
+#
+# --ci runs the subset CI runs (suite 'signals'): HUP, TERM and USR1 to a C rank, HUP and
+# INT to pcollrun, on the default provider, and HUP to a Python rank on ofi:shm. Prints one
+# line per cell and 'N passed, N failed'; exit status 1 if any failed.
+set -uo pipefail
+if [[ "${SIGNAL_MATRIX_INNER:-}" != 1 ]]; then
+  SIGNAL_MATRIX_INNER=1 exec unshare --mount --propagation private bash -c \
+    'mount -t tmpfs -o size=512m tmpfs /dev/shm && exec "$0" "$@"' "$0" "$@"
+fi
+build=$(cd "$1" && pwd)
+shift
+ci=0 providers="ofi:shm ofi:tcp ucx:shm ucx:tcp" signals="INT TERM HUP QUIT USR1"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ci) ci=1; shift ;;
+    --providers) providers="$2"; shift 2 ;;
+    --signals) signals="$2"; shift 2 ;;
+    *) echo "signal_matrix.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+ulimit -c 0
+pcollrun="$build/tools/pcollrun"
+allreduce="$build/perf/pcoll_allreduce"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat > "$work/rounds.py" <<'PY'
+import sys, time
+import numpy as np
+import pcoll
+comm = pcoll.init()
+with comm.allreduce(1024, dtype="float32", mode="solo") as ar:
+    buf = np.ones(1024, np.float32)
+    for t in range(1000000):
+        ar.run(buf, buf)
+        if t == 3:
+            print("ready", flush=True)
+        time.sleep(0.01)
+PY
+export PYTHONPATH="$build/python" PYTHONDONTWRITEBYTECODE=1 PCOLL_TIMEOUT_MS=5000 UCX_NET_DEVICES=lo FI_TCP_IFACE=lo
+passed=0 failed=0
+
+# cell KIND PROVIDER SIGNAL TARGET: KIND c or python, TARGET pcollrun or rank.
+cell() {
+  local kind=$1 provider=$2 sig=$3 target=$4
+  local out="$work/out" name="$kind $provider SIG$sig to $target"
+  local -a command
+  if [[ $kind == c ]]; then command=("$allreduce" -b 64K -e 64K -n 1000000 -w 0)
+  else command=(/usr/bin/python3 "$work/rounds.py"); fi
+  PCOLL_PROVIDER=$provider "$pcollrun" -n 2 "${command[@]}" >"$out" 2>&1 &
+  local launcher=$! ready=0
+  # Python ranks say when their rounds run; C ranks' output is buffered until they exit, so
+  # a C job is taken to be in its rounds a second after both ranks exist.
+  for _ in $(seq 200); do
+    if [[ $kind == python ]]; then
+      [[ $(grep -c '^ready' "$out" 2>/dev/null) -ge 2 ]] && { ready=1; break; }
+    elif [[ $(pgrep -P "$launcher" | wc -l) -ge 2 ]]; then
+      sleep 1; ready=1; break
+    fi
+    sleep 0.05
+  done
+  local ranks
+  ranks=$(pgrep -P "$launcher" | tr '\n' ' ')
+  local why=""
+  if ((ready == 0)); then
+    why="the job did not start"
+    kill -KILL "$launcher" $ranks 2>/dev/null
+  else
+    if [[ $target == pcollrun ]]; then kill -s "$sig" "$launcher"
+    else kill -s "$sig" "${ranks%% *}"; fi
+    local gone=0
+    for _ in $(seq 60); do
+      kill -0 "$launcher" 2>/dev/null || { gone=1; break; }
+      sleep 0.05
+    done
+    if ((gone == 0)); then why="pcollrun still running 3 s after SIG$sig"; kill -KILL "$launcher"; fi
+  fi
+  wait "$launcher"
+  local rc=$?
+  local want=$((128 + $(kill -l "$sig")))
+  [[ -z $why && $rc != "$want" ]] && why="pcollrun returned $rc, not $want"
+  for pid in $ranks; do
+    [[ -z $why ]] && kill -0 "$pid" 2>/dev/null && why="rank process $pid still running"
+  done
+  local left
+  left=$(find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f ' 2>/dev/null)
+  [[ -z $why && -n $left ]] && why="/dev/shm holds: $left"
+  rm -rf /dev/shm/* 2>/dev/null
+  for pid in $ranks; do kill -KILL "$pid" 2>/dev/null; done
+  if [[ -z $why ]]; then
+    passed=$((passed + 1)); echo "ok   $name"
+  else
+    failed=$((failed + 1)); echo "FAIL $name: $why"; tail -5 "$out" | sed 's/^/     /'
+  fi
+}
+
+if ((ci)); then
+  default=$("$build/tools/pcoll_info" 2>/dev/null | sed -n 's/^providers (default \([^)]*\)).*/\1/p' | head -1)
+  [[ -n $default ]] || default=ofi:shm
+  for sig in HUP TERM USR1; do cell c "$default" "$sig" rank; done
+  for sig in HUP INT; do cell c "$default" "$sig" pcollrun; done
+  if [[ -d $build/python/pcoll ]]; then cell python ofi:shm HUP rank; fi
+else
+  for provider in $providers; do
+    for kind in c python; do
+      [[ $kind == python && ! -d $build/python/pcoll ]] && continue
+      for sig in $signals; do
+        for target in pcollrun rank; do cell "$kind" "$provider" "$sig" "$target"; done
+      done
+    done
+  done
+fi
+echo "$passed passed, $failed failed"
+((failed == 0))
