@@ -116,8 +116,8 @@ std::vector<std::string> network_candidates(const transport::JobLayout& layout) 
   return candidates;
 }
 
-// The default. On one host (or where nobody gathered the layout), the settings table's
-// PCOLL_PROVIDER default: it must work wherever libfabric's shm does, so it falls back
+// The default, the one a job runs without PCOLL_PROVIDER (and the one "fault+" wraps). On
+// one host (or where nobody gathered the layout), the settings table's PCOLL_PROVIDER default: it must work wherever libfabric's shm does, so it falls back
 // rather than fails. On several hosts, the first network candidate that opens, each
 // refusal logged.
 std::unique_ptr<transport::Transport> create_default(const transport::Options& options) {
@@ -138,7 +138,8 @@ std::unique_ptr<transport::Transport> create_default(const transport::Options& o
                                 " hosts and no network provider is usable" + reasons +
                                 ". Set PCOLL_PROVIDER to choose.");
   }
-  const std::string selector = default_selector();
+  // The table's default, not PCOLL_PROVIDER: "fault+" alone comes here for what it wraps.
+  const std::string selector(settings::entry("PCOLL_PROVIDER").fallback);
   if (selector == "ofi:shm") return create_plain(selector, options);
   try {
     return create_plain(selector, options);
