@@ -13,6 +13,7 @@
 #include <support/log.hpp>
 #include <support/pcoll_config.h>
 #include <support/settings.hpp>
+#include <util/host_nics.hpp>
 #if PCOLL_HAVE_UCX
 #include <ucx/ucx_provider.hpp>
 #endif
@@ -158,6 +159,7 @@ std::unique_ptr<transport::Transport> create(const std::string& selector_in,
                                              const transport::Options& options) {
   // A bad value is refused even where this selector would not consult it.
   (void)settings::get_choice("PCOLL_LOCAL_PATH");
+  transport::check_nic_setting();
   const bool defaulted = selector_in.empty() && !settings::raw("PCOLL_PROVIDER");
   const std::string selector = selector_in.empty() ? default_selector() : selector_in;
   const bool faulty = selector.rfind(kFaultPrefix, 0) == 0;
