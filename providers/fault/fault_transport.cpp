@@ -87,7 +87,7 @@ std::string FaultTransport::injected(const RuleState& state) const {
          std::to_string(state.events) + ", t=" + std::to_string(t) + " ms)";
 }
 
-void FaultTransport::connect(int my_rank, std::span<const Bytes> addresses) {
+void FaultTransport::do_connect(int my_rank, std::span<const Bytes> addresses) {
   inner_->connect(my_rank, addresses);
   int signal = 0;
   std::optional<Error> failure;
@@ -195,18 +195,18 @@ bool FaultTransport::before_operation(int peer, const char* operation) {
   return true;
 }
 
-void FaultTransport::write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+void FaultTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
                            size_t bytes) {
   if (before_operation(dst.peer(), "write")) inner_->write(src, src_offset, dst, dst_offset, bytes);
 }
 
-void FaultTransport::write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+void FaultTransport::do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
                                   size_t dst_offset, size_t bytes, uint64_t value) {
   if (before_operation(dst.peer(), "write_notify"))
     inner_->write_notify(src, src_offset, dst, dst_offset, bytes, value);
 }
 
-void FaultTransport::notify(int peer, uint64_t value) {
+void FaultTransport::do_notify(int peer, uint64_t value) {
   if (before_operation(peer, "notify")) inner_->notify(peer, value);
 }
 
@@ -219,19 +219,19 @@ uint64_t FaultTransport::atomic(int peer, const char* operation, const std::func
                                      " ms (this rank's transport is silenced by PCOLL_FAULT)");
 }
 
-uint64_t FaultTransport::fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
+uint64_t FaultTransport::do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
   return atomic(dst.peer(), "fetch_add", [&] { return inner_->fetch_add(dst, offset, operand); });
 }
 
-uint64_t FaultTransport::compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
+uint64_t FaultTransport::do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
   return atomic(dst.peer(), "compare_swap", [&] { return inner_->compare_swap(dst, offset, expected, desired); });
 }
 
-uint64_t FaultTransport::swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
+uint64_t FaultTransport::do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
   return atomic(dst.peer(), "swap", [&] { return inner_->swap(dst, offset, value); });
 }
 
-uint64_t FaultTransport::atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
+uint64_t FaultTransport::do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
   return atomic(dst.peer(), "atomic_max", [&] { return inner_->atomic_max(dst, offset, value); });
 }
 

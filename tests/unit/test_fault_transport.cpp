@@ -40,36 +40,32 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 class Loopback final : public Transport {
  public:
   struct Region final : LocalRegion, RemoteRegion {
-    explicit Region(int peer) : peer_(peer) {}
-    std::span<std::byte> bytes() const override { return {}; }
+    explicit Region(int peer) : LocalRegion({}), RemoteRegion(peer, 0) {}
     Bytes remote_key() const override { return {}; }
-    int peer() const override { return peer_; }
-    size_t size() const override { return 0; }
-    int peer_;
   };
 
   const Capabilities& capabilities() const override { return caps_; }
   Bytes address() const override { return {}; }
-  void connect(int, std::span<const Bytes>) override {}
+  void do_connect(int, std::span<const Bytes>) override {}
   int rank() const override { return 0; }
   int size() const override { return 4; }
   std::unique_ptr<LocalRegion> allocate(size_t) override { return std::make_unique<Region>(0); }
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte>) override { return std::make_unique<Region>(0); }
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte>) override {
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte>) override {
     return std::make_unique<Region>(peer);
   }
-  void write(const LocalRegion&, size_t, const RemoteRegion&, size_t, size_t) override { ++writes; }
-  void write_notify(const LocalRegion&, size_t, const RemoteRegion&, size_t, size_t, uint64_t value) override {
+  void do_write(const LocalRegion&, size_t, const RemoteRegion&, size_t, size_t) override { ++writes; }
+  void do_write_notify(const LocalRegion&, size_t, const RemoteRegion&, size_t, size_t, uint64_t value) override {
     notify(0, value);
   }
-  void notify(int, uint64_t value) override {
+  void do_notify(int, uint64_t value) override {
     std::lock_guard lock(mutex_);
     queue_.push_back(value);
   }
-  uint64_t fetch_add(const RemoteRegion&, size_t, uint64_t) override { return 0; }
-  uint64_t compare_swap(const RemoteRegion&, size_t, uint64_t, uint64_t) override { return 0; }
-  uint64_t swap(const RemoteRegion&, size_t, uint64_t) override { return 0; }
-  uint64_t atomic_max(const RemoteRegion&, size_t, uint64_t) override { return 0; }
+  uint64_t do_fetch_add(const RemoteRegion&, size_t, uint64_t) override { return 0; }
+  uint64_t do_compare_swap(const RemoteRegion&, size_t, uint64_t, uint64_t) override { return 0; }
+  uint64_t do_swap(const RemoteRegion&, size_t, uint64_t) override { return 0; }
+  uint64_t do_atomic_max(const RemoteRegion&, size_t, uint64_t) override { return 0; }
   void flush() override { ++flushes; }
   void progress() override {}
   size_t poll(std::span<uint64_t> out) override {

@@ -25,15 +25,12 @@ namespace {
 class Recorder final : public Transport {
  public:
   struct Region final : LocalRegion, RemoteRegion {
-    Region(int peer, std::string origin) : peer_(peer), origin(std::move(origin)) {}
-    std::span<std::byte> bytes() const override { return {const_cast<std::byte*>(memory), sizeof memory}; }
+    Region(int peer, std::string origin)
+        : LocalRegion({memory, sizeof memory}), RemoteRegion(peer, sizeof memory), origin(std::move(origin)) {}
     Bytes remote_key() const override {
       return Bytes(reinterpret_cast<const std::byte*>(origin.data()),
                    reinterpret_cast<const std::byte*>(origin.data()) + origin.size());
     }
-    int peer() const override { return peer_; }
-    size_t size() const override { return sizeof memory; }
-    int peer_;
     std::string origin;  // the transport that made it, and for imports the key it came from
     std::byte memory[64] = {};
   };
@@ -50,7 +47,7 @@ class Recorder final : public Transport {
     const std::string a = name_ + "-address";
     return Bytes(reinterpret_cast<const std::byte*>(a.data()), reinterpret_cast<const std::byte*>(a.data()) + a.size());
   }
-  void connect(int my_rank, std::span<const Bytes> addresses) override {
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override {
     rank_ = my_rank;
     connected.assign(addresses.begin(), addresses.end());
   }
@@ -61,29 +58,29 @@ class Recorder final : public Transport {
     ++registered;
     return std::make_unique<Region>(rank_, name_);
   }
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override {
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override {
     return std::make_unique<Region>(peer, std::string(reinterpret_cast<const char*>(key.data()), key.size()));
   }
-  void write(const LocalRegion& src, size_t, const RemoteRegion& dst, size_t, size_t) override {
+  void do_write(const LocalRegion& src, size_t, const RemoteRegion& dst, size_t, size_t) override {
     CHECK(dynamic_cast<const Region&>(src).origin == name_);  // the half of this transport
     touched.push_back(dst.peer());
   }
-  void write_notify(const LocalRegion& src, size_t, const RemoteRegion& dst, size_t, size_t, uint64_t value) override {
+  void do_write_notify(const LocalRegion& src, size_t, const RemoteRegion& dst, size_t, size_t, uint64_t value) override {
     CHECK(dynamic_cast<const Region&>(src).origin == name_);
     touched.push_back(dst.peer());
     notify(dst.peer(), value);
   }
-  void notify(int peer, uint64_t value) override {
+  void do_notify(int peer, uint64_t value) override {
     touched.push_back(peer);
     std::lock_guard lock(mutex_);
     queue_.push_back(value);
   }
-  uint64_t fetch_add(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
-  uint64_t compare_swap(const RemoteRegion& dst, size_t, uint64_t, uint64_t) override {
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t, uint64_t, uint64_t) override {
     return touched.push_back(dst.peer()), 0;
   }
-  uint64_t swap(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
-  uint64_t atomic_max(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
+  uint64_t do_swap(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
   void flush() override { ++flushes; }
   void progress() override {}
   size_t poll(std::span<uint64_t> out) override {

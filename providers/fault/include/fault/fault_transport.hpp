@@ -40,7 +40,7 @@ class FaultTransport final : public Transport {
 
   const Capabilities& capabilities() const override { return caps_; }
   Bytes address() const override { return inner_->address(); }
-  void connect(int my_rank, std::span<const Bytes> addresses) override;
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
 
@@ -48,20 +48,20 @@ class FaultTransport final : public Transport {
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override {
     return inner_->register_memory(memory);
   }
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override {
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override {
     return inner_->import_region(peer, key);
   }
 
-  void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
              size_t bytes) override;
-  void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
                     size_t bytes, uint64_t value) override;
-  void notify(int peer, uint64_t value) override;
+  void do_notify(int peer, uint64_t value) override;
   NotificationPaths notification_paths(int peer) const override { return inner_->notification_paths(peer); }
-  uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
-  uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) override;
-  uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
-  uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) override;
+  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
   void flush() override;
 
   void progress() override;
