@@ -384,4 +384,11 @@ std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const Options&
   return std::make_unique<FaultTransport>(std::move(inner), std::move(rules), options);
 }
 
+const ProviderDescriptor& descriptor() {
+  static const ProviderDescriptor fault{
+      "fault", "fault injection over another provider (PCOLL_FAULT; tests only)", {}, nullptr,
+      ProviderDescriptor::Kind::layered, wrap};
+  return fault;
+}
+
 }  // namespace pcoll::transport::fault

@@ -274,12 +274,23 @@ class Transport {
 // A provider, as the registry (providers/registry/include/registry/registry.hpp) lists it: like libfabric's
 // struct fi_provider, one descriptor per implementation instead of #if branches.
 struct ProviderDescriptor {
+  // A core provider opens a network itself; a layered one wraps the transport of another
+  // selector, written "<family>+<selector>" (libfabric's hook providers).
+  enum class Kind { core, layered };
+
   const char* family;                 // the selector's part before the colon: "ofi", "ucx"
   const char* summary;                // one line for pcoll_info
-  std::vector<std::string> variants;  // accepted after the colon ("" alone: the best one)
-  // Makes a transport for `variant` ("" = the best this provider finds). Throws
+  std::vector<std::string> variants;  // accepted after the colon ("" alone: the best one); none when layered
+  // Core: makes a transport for `variant` ("" = the best this provider finds). Throws
   // Errc::invalid_argument / Errc::unsupported naming what is missing.
   std::unique_ptr<Transport> (*create)(const std::string& variant, const Options& options);
+  Kind kind = Kind::core;
+  // Layered: wraps `inner`, the transport the selector after the "+" made.
+  std::unique_ptr<Transport> (*wrap)(std::unique_ptr<Transport> inner, const Options& options) = nullptr;
+  // Core: the variants that name a network whose peers on this host the registry routes
+  // through `local_variant` instead (PCOLL_LOCAL_PATH; docs/transport.md, "Routing").
+  std::vector<std::string> network_variants = {};
+  const char* local_variant = nullptr;
 };
 
 }  // namespace pcoll::transport
