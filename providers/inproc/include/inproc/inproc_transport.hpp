@@ -147,25 +147,13 @@ class InprocTransport final : public Transport {
   const Capabilities& capabilities() const override { return caps_; }
 
   Bytes address() const override;
-  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
 
   std::unique_ptr<LocalRegion> allocate(size_t bytes) override;
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
-  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
 
-  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-             size_t bytes) override;
-  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                    size_t dst_offset, size_t bytes, uint64_t value) override;
-  void do_notify(int peer, uint64_t value) override;
 
-  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
-  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                        uint64_t desired) override;
-  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
-  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
   void flush() override;
 
@@ -173,6 +161,20 @@ class InprocTransport final : public Transport {
   size_t poll(std::span<uint64_t> out) override;
   bool wait(std::chrono::microseconds timeout, WaitFor what) override;
   void wake() override;
+
+ protected:
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
+  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+             size_t bytes) override;
+  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                    size_t dst_offset, size_t bytes, uint64_t value) override;
+  void do_notify(int peer, uint64_t value) override;
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                        uint64_t desired) override;
+  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
  private:
   // Checks that the transport is connected and `peer` is a rank of it.

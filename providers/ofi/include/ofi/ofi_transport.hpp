@@ -159,29 +159,17 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
 
   // ofi_ep.cpp
   Bytes address() const override;
-  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
 
   // ofi_mr.cpp
   std::unique_ptr<LocalRegion> allocate(size_t bytes) override;
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
-  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
 
   // ofi_rma.cpp
-  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-             size_t dst_offset, size_t bytes) override;
-  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                    size_t dst_offset, size_t bytes, uint64_t value) override;
-  void do_notify(int peer, uint64_t value) override;
   void flush() override;
 
   // ofi_atomic.cpp
-  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
-  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                        uint64_t desired) override;
-  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
-  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
   // ofi_cq.cpp
   void progress() override;
@@ -196,6 +184,20 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   size_t mr_key_bytes() const { return mr_key_bytes_; }
   uint64_t next_requested_key();
   int my_rank_or_unknown() const { return rank_; }
+
+ protected:
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
+  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+             size_t dst_offset, size_t bytes) override;
+  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                    size_t dst_offset, size_t bytes, uint64_t value) override;
+  void do_notify(int peer, uint64_t value) override;
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                        uint64_t desired) override;
+  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
  private:
   using Clock = std::chrono::steady_clock;
