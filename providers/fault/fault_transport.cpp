@@ -196,12 +196,12 @@ bool FaultTransport::before_operation(int peer, const char* operation) {
 }
 
 void FaultTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-                           size_t bytes) {
+                              size_t bytes) {
   if (before_operation(dst.peer(), "write")) inner().write(src, src_offset, dst, dst_offset, bytes);
 }
 
 void FaultTransport::do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                                  size_t dst_offset, size_t bytes, uint64_t value) {
+                                     size_t dst_offset, size_t bytes, uint64_t value) {
   if (before_operation(dst.peer(), "write_notify"))
     inner().write_notify(src, src_offset, dst, dst_offset, bytes, value);
 }

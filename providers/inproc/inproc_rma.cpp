@@ -49,12 +49,12 @@ void InprocTransport::post_write(const char* op, const LocalRegion& src, size_t 
 }
 
 void InprocTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-                            size_t bytes) {
+                               size_t bytes) {
   post_write("write", src, src_offset, dst, dst_offset, bytes, false, 0);
 }
 
 void InprocTransport::do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                                   size_t dst_offset, size_t bytes, uint64_t value) {
+                                      size_t dst_offset, size_t bytes, uint64_t value) {
   post_write("write_notify", src, src_offset, dst, dst_offset, bytes, true, value);
 }
 

@@ -99,7 +99,7 @@ uint64_t OfiTransport::do_fetch_add(const RemoteRegion& dst, size_t offset, uint
 }
 
 uint64_t OfiTransport::do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                                    uint64_t desired) {
+                                       uint64_t desired) {
   return atomic("compare_swap", dst, offset, FI_CSWAP, desired, expected);
 }
 

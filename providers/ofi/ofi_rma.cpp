@@ -48,13 +48,13 @@ bool is_peer_loss(ssize_t rc) {
 }
 
 void OfiTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                         size_t dst_offset, size_t bytes) {
+                            size_t dst_offset, size_t bytes) {
   post_write(local(src), src_offset, remote(dst), dst_offset, bytes, false, 0);
 }
 
 void OfiTransport::do_write_notify(const LocalRegion& src, size_t src_offset,
-                                const RemoteRegion& dst, size_t dst_offset, size_t bytes,
-                                uint64_t value) {
+                                   const RemoteRegion& dst, size_t dst_offset, size_t bytes,
+                                   uint64_t value) {
   post_write(local(src), src_offset, remote(dst), dst_offset, bytes, true, value);
 }
 

@@ -197,13 +197,13 @@ std::unique_ptr<RemoteRegion> RoutedTransport::do_import_region(int peer, std::s
 // --- Data movement and atomics ------------------------------------------------------------------
 
 void RoutedTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-                            size_t bytes) {
+                               size_t bytes) {
   const RoutedRemoteRegion& d = remote(dst);
   (d.local() ? *local_ : *network_).write(local(src).half(d.local()), src_offset, d.inner(), dst_offset, bytes);
 }
 
 void RoutedTransport::do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                                   size_t dst_offset, size_t bytes, uint64_t value) {
+                                      size_t dst_offset, size_t bytes, uint64_t value) {
   const RoutedRemoteRegion& d = remote(dst);
   (d.local() ? *local_ : *network_)
       .write_notify(local(src).half(d.local()), src_offset, d.inner(), dst_offset, bytes, value);

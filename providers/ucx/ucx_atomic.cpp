@@ -178,7 +178,7 @@ uint64_t UcxTransport::do_fetch_add(const RemoteRegion& dst, size_t offset, uint
 }
 
 uint64_t UcxTransport::do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                                    uint64_t desired) {
+                                       uint64_t desired) {
   // UCP's CSWAP compares with the operand buffer and stores what reply_buffer held on entry
   // (libfabric is the other way round: the operand is the new value).
   return atomic(dst, offset, UCP_ATOMIC_OP_CSWAP, expected, desired, "compare_swap");

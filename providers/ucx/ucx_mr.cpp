@@ -107,7 +107,7 @@ std::unique_ptr<LocalRegion> UcxTransport::register_memory(std::span<std::byte> 
 }
 
 std::unique_ptr<RemoteRegion> UcxTransport::do_import_region(int peer_rank,
-                                                          std::span<const std::byte> key) {
+                                                             std::span<const std::byte> key) {
   check_connected("import_region");
   const std::string who = "remote key from rank " + std::to_string(peer_rank);
   const KeyView header = decode_key(key, who);

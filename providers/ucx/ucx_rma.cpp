@@ -181,7 +181,7 @@ void UcxTransport::post_send(std::unique_lock<std::mutex>&, Peer& p, SendOp* op,
 }
 
 void UcxTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                         size_t dst_offset, size_t bytes) {
+                            size_t dst_offset, size_t bytes) {
   check_connected("write");
   const UcxLocalRegion& s = local(src);
   const UcxRemoteRegion& d = remote(dst);
@@ -204,8 +204,8 @@ void UcxTransport::do_write(const LocalRegion& src, size_t src_offset, const Rem
 }
 
 void UcxTransport::do_write_notify(const LocalRegion& src, size_t src_offset,
-                                const RemoteRegion& dst, size_t dst_offset, size_t bytes,
-                                uint64_t value) {
+                                   const RemoteRegion& dst, size_t dst_offset, size_t bytes,
+                                   uint64_t value) {
   check_connected("write_notify");
   const UcxLocalRegion& s = local(src);
   const UcxRemoteRegion& d = remote(dst);

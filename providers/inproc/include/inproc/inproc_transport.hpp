@@ -166,13 +166,13 @@ class InprocTransport final : public Transport {
   void do_connect(int my_rank, std::span<const Bytes> addresses) override;
   std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
   void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-             size_t bytes) override;
+                size_t bytes) override;
   void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                    size_t dst_offset, size_t bytes, uint64_t value) override;
+                       size_t dst_offset, size_t bytes, uint64_t value) override;
   void do_notify(int peer, uint64_t value) override;
   uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
   uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                        uint64_t desired) override;
+                           uint64_t desired) override;
   uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
   uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
