@@ -46,7 +46,7 @@ constexpr auto kRetryPause = microseconds(100);
 }  // namespace
 
 FaultTransport::FaultTransport(std::unique_ptr<Transport> inner, std::vector<Rule> rules, const Options& options)
-    : inner_(std::move(inner)), caps_(inner_->capabilities()), options_(options) {
+    : ForwardingTransport(std::move(inner)), caps_(this->inner().capabilities()), options_(options) {
   caps_.name = "fault+" + caps_.name;
   bool needs_signal = false;
   for (auto& rule : rules) {
@@ -54,7 +54,7 @@ FaultTransport::FaultTransport(std::unique_ptr<Transport> inner, std::vector<Rul
     rules_.push_back(RuleState{std::move(rule)});
   }
   if (needs_signal) install_sigusr1_handler();
-  if (!rules_.empty()) log::info("fault-injection transport over " + inner_->capabilities().name + ": " +
+  if (!rules_.empty()) log::info("fault-injection transport over " + this->inner().capabilities().name + ": " +
                                  std::to_string(rules_.size()) + " rule(s) from PCOLL_FAULT");
 }
 
@@ -87,13 +87,13 @@ std::string FaultTransport::injected(const RuleState& state) const {
          std::to_string(state.events) + ", t=" + std::to_string(t) + " ms)";
 }
 
-void FaultTransport::connect(int my_rank, std::span<const Bytes> addresses) {
-  inner_->connect(my_rank, addresses);
+void FaultTransport::do_connect(int my_rank, std::span<const Bytes> addresses) {
+  inner().connect(my_rank, addresses);
   int signal = 0;
   std::optional<Error> failure;
   {
     std::lock_guard lock(mutex_);
-    caps_ = inner_->capabilities();
+    caps_ = inner().capabilities();
     caps_.name = "fault+" + caps_.name;
     rank_ = my_rank;
     size_ = static_cast<int>(addresses.size());
@@ -183,7 +183,7 @@ bool FaultTransport::before_operation(int peer, const char* operation) {
     // transport's timeout, after which a provider gives up naming the peer.
     const auto until = Clock::now() + std::min(*stall, options_.timeout);
     while (Clock::now() < until) {
-      inner_->progress();
+      inner().progress();
       std::this_thread::sleep_for(kRetryPause);
     }
     if (*stall >= options_.timeout)
@@ -195,19 +195,19 @@ bool FaultTransport::before_operation(int peer, const char* operation) {
   return true;
 }
 
-void FaultTransport::write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-                           size_t bytes) {
-  if (before_operation(dst.peer(), "write")) inner_->write(src, src_offset, dst, dst_offset, bytes);
+void FaultTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                              size_t bytes) {
+  if (before_operation(dst.peer(), "write")) inner().write(src, src_offset, dst, dst_offset, bytes);
 }
 
-void FaultTransport::write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                                  size_t dst_offset, size_t bytes, uint64_t value) {
+void FaultTransport::do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                                     size_t dst_offset, size_t bytes, uint64_t value) {
   if (before_operation(dst.peer(), "write_notify"))
-    inner_->write_notify(src, src_offset, dst, dst_offset, bytes, value);
+    inner().write_notify(src, src_offset, dst, dst_offset, bytes, value);
 }
 
-void FaultTransport::notify(int peer, uint64_t value) {
-  if (before_operation(peer, "notify")) inner_->notify(peer, value);
+void FaultTransport::do_notify(int peer, uint64_t value) {
+  if (before_operation(peer, "notify")) inner().notify(peer, value);
 }
 
 uint64_t FaultTransport::atomic(int peer, const char* operation, const std::function<uint64_t()>& forward) {
@@ -219,20 +219,20 @@ uint64_t FaultTransport::atomic(int peer, const char* operation, const std::func
                                      " ms (this rank's transport is silenced by PCOLL_FAULT)");
 }
 
-uint64_t FaultTransport::fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
-  return atomic(dst.peer(), "fetch_add", [&] { return inner_->fetch_add(dst, offset, operand); });
+uint64_t FaultTransport::do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
+  return atomic(dst.peer(), "fetch_add", [&] { return inner().fetch_add(dst, offset, operand); });
 }
 
-uint64_t FaultTransport::compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
-  return atomic(dst.peer(), "compare_swap", [&] { return inner_->compare_swap(dst, offset, expected, desired); });
+uint64_t FaultTransport::do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
+  return atomic(dst.peer(), "compare_swap", [&] { return inner().compare_swap(dst, offset, expected, desired); });
 }
 
-uint64_t FaultTransport::swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
-  return atomic(dst.peer(), "swap", [&] { return inner_->swap(dst, offset, value); });
+uint64_t FaultTransport::do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
+  return atomic(dst.peer(), "swap", [&] { return inner().swap(dst, offset, value); });
 }
 
-uint64_t FaultTransport::atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
-  return atomic(dst.peer(), "atomic_max", [&] { return inner_->atomic_max(dst, offset, value); });
+uint64_t FaultTransport::do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
+  return atomic(dst.peer(), "atomic_max", [&] { return inner().atomic_max(dst, offset, value); });
 }
 
 void FaultTransport::flush() {
@@ -245,7 +245,7 @@ void FaultTransport::flush() {
     }
     if (silent_) return;  // nothing was posted since
   }
-  inner_->flush();
+  inner().flush();
 }
 
 // --- Receive side ------------------------------------------------------------------------
@@ -326,7 +326,7 @@ void FaultTransport::pump_locked(Clock::time_point now) {
   }
   std::array<uint64_t, 64> values{};
   for (;;) {
-    const size_t n = inner_->poll(values);
+    const size_t n = inner().poll(values);
     for (size_t i = 0; i < n; ++i) accept_locked(values[i], now);
     if (n < values.size()) break;
   }
@@ -373,7 +373,7 @@ bool FaultTransport::wait(microseconds timeout, WaitFor what) {
     if (next) until = std::min(until, *next);
     if (what == WaitFor::notification || next) until = std::min(until, now + kLookAgain);
     const auto slice = std::max(microseconds(1), duration_cast<microseconds>(until - now));
-    if (inner_->wait(slice, what) && what == WaitFor::activity) return true;
+    if (inner().wait(slice, what) && what == WaitFor::activity) return true;
   }
 }
 
@@ -382,6 +382,13 @@ bool FaultTransport::wait(microseconds timeout, WaitFor what) {
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const Options& options) {
   auto rules = parse_spec(settings::get_text("PCOLL_FAULT").value_or(""));
   return std::make_unique<FaultTransport>(std::move(inner), std::move(rules), options);
+}
+
+const ProviderDescriptor& descriptor() {
+  static const ProviderDescriptor fault{
+      "fault", "fault injection over another provider (PCOLL_FAULT; tests only)", {}, nullptr,
+      ProviderDescriptor::Kind::layered, wrap};
+  return fault;
 }
 
 }  // namespace pcoll::transport::fault

@@ -11,10 +11,6 @@ uint64_t InprocTransport::atomic(const char* name, const RemoteRegion& dst, size
   const InprocRemoteRegion& remote = remote_of(dst, name);
   const int peer = remote.peer();
   peer_endpoint(peer, name);
-  if (offset % sizeof(uint64_t) != 0 || !fits(offset, sizeof(uint64_t), remote.size()))
-    invalid_argument(std::string("inproc ") + name + " on rank " + std::to_string(peer) + ": offset " +
-                     std::to_string(offset) + " is not an 8-byte-aligned word inside its region of " +
-                     std::to_string(remote.size()) + " bytes");
   check_error();
   Fabric& fabric = Fabric::instance();
   std::shared_lock lock(fabric.regions_mutex());
@@ -31,11 +27,11 @@ uint64_t InprocTransport::atomic(const char* name, const RemoteRegion& dst, size
   return op(word);
 }
 
-uint64_t InprocTransport::fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
+uint64_t InprocTransport::do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
   return atomic("fetch_add", dst, offset, [&](std::atomic_ref<uint64_t> word) { return word.fetch_add(operand); });
 }
 
-uint64_t InprocTransport::compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
+uint64_t InprocTransport::do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
   return atomic("compare_swap", dst, offset, [&](std::atomic_ref<uint64_t> word) {
     uint64_t old = expected;
     word.compare_exchange_strong(old, desired);
@@ -43,11 +39,11 @@ uint64_t InprocTransport::compare_swap(const RemoteRegion& dst, size_t offset, u
   });
 }
 
-uint64_t InprocTransport::swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
+uint64_t InprocTransport::do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
   return atomic("swap", dst, offset, [&](std::atomic_ref<uint64_t> word) { return word.exchange(value); });
 }
 
-uint64_t InprocTransport::atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
+uint64_t InprocTransport::do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
   return atomic("atomic_max", dst, offset, [&](std::atomic_ref<uint64_t> word) {
     uint64_t old = word.load();
     while (old < value && !word.compare_exchange_weak(old, value)) {

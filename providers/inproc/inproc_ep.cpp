@@ -32,7 +32,7 @@ Bytes InprocTransport::address() const {
   return out;
 }
 
-void InprocTransport::connect(int my_rank, std::span<const Bytes> addresses) {
+void InprocTransport::do_connect(int my_rank, std::span<const Bytes> addresses) {
   if (my_rank < 0 || static_cast<size_t>(my_rank) >= addresses.size())
     invalid_argument("inproc connect: rank " + std::to_string(my_rank) + " is not in a job of " +
                      std::to_string(addresses.size()));
@@ -85,7 +85,7 @@ void deliver(Endpoint& target, uint64_t value) {
   target.changed.notify_all();
 }
 
-void InprocTransport::notify(int peer, uint64_t value) {
+void InprocTransport::do_notify(int peer, uint64_t value) {
   check_error();
   deliver(peer_endpoint(peer, "notify"), value);
 }

@@ -33,7 +33,7 @@ const InprocRemoteRegion& remote_of(const RemoteRegion& region, const char* op) 
 
 InprocLocalRegion::InprocLocalRegion(std::shared_ptr<Endpoint> endpoint, std::span<std::byte> bytes,
                                      std::unique_ptr<std::byte, void (*)(void*)> owned)
-    : endpoint_(std::move(endpoint)), bytes_(bytes), owned_(std::move(owned)) {
+    : LocalRegion(bytes), endpoint_(std::move(endpoint)), bytes_(bytes), owned_(std::move(owned)) {
   id_ = Fabric::instance().add_region(endpoint_->id, bytes_);
 }
 
@@ -66,7 +66,7 @@ std::unique_ptr<LocalRegion> InprocTransport::register_memory(std::span<std::byt
                                              std::unique_ptr<std::byte, void (*)(void*)>(nullptr, &std::free));
 }
 
-std::unique_ptr<RemoteRegion> InprocTransport::import_region(int peer, std::span<const std::byte> key) {
+std::unique_ptr<RemoteRegion> InprocTransport::do_import_region(int peer, std::span<const std::byte> key) {
   const Endpoint& owner = peer_endpoint(peer, "import_region");
   KeyWire wire{};
   if (key.size() != sizeof wire)

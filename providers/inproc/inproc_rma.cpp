@@ -34,14 +34,6 @@ void InprocTransport::post_write(const char* op, const LocalRegion& src, size_t 
   Endpoint& target = peer_endpoint(peer, op);
   if (&local.endpoint() != self_.get())
     invalid_argument(std::string("inproc ") + op + ": the source region belongs to another rank's transport");
-  if (!fits(src_offset, bytes, local.bytes().size()))
-    invalid_argument(std::string("inproc ") + op + " to rank " + std::to_string(peer) + ": source range [" +
-                     std::to_string(src_offset) + ", +" + std::to_string(bytes) + ") is outside the local region of " +
-                     std::to_string(local.bytes().size()) + " bytes");
-  if (!fits(dst_offset, bytes, remote.size()))
-    invalid_argument(std::string("inproc ") + op + " to rank " + std::to_string(peer) + ": target range [" +
-                     std::to_string(dst_offset) + ", +" + std::to_string(bytes) + ") is outside its region of " +
-                     std::to_string(remote.size()) + " bytes");
   check_error();
   if (bytes <= caps_.inject_bytes) {
     copy_between(local.id(), src_offset, remote.id(), dst_offset, bytes, peer);
@@ -56,13 +48,13 @@ void InprocTransport::post_write(const char* op, const LocalRegion& src, size_t 
   self_->changed.notify_all();
 }
 
-void InprocTransport::write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-                            size_t bytes) {
+void InprocTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                               size_t bytes) {
   post_write("write", src, src_offset, dst, dst_offset, bytes, false, 0);
 }
 
-void InprocTransport::write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                                   size_t dst_offset, size_t bytes, uint64_t value) {
+void InprocTransport::do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                                      size_t dst_offset, size_t bytes, uint64_t value) {
   post_write("write_notify", src, src_offset, dst, dst_offset, bytes, true, value);
 }
 

@@ -45,10 +45,6 @@ uint64_t OfiTransport::atomic(const char* op_name, const RemoteRegion& dst_in, s
                               enum fi_op op, uint64_t operand, uint64_t compare) {
   require_atomics(op_name);
   const OfiRemoteRegion& dst = remote(dst_in);
-  check_access(op_name, nullptr, 0, dst, offset, sizeof(uint64_t));
-  if (offset % sizeof(uint64_t) != 0)
-    invalid_argument(std::string("ofi: ") + op_name + " to rank " + std::to_string(dst.peer()) +
-                     ": offset " + std::to_string(offset) + " is not 8-byte aligned");
   const int peer = dst.peer();
   const auto deadline = Clock::now() + options_.timeout;
 
@@ -98,22 +94,22 @@ uint64_t OfiTransport::atomic(const char* op_name, const RemoteRegion& dst_in, s
   return old_value;
 }
 
-uint64_t OfiTransport::fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
+uint64_t OfiTransport::do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
   return atomic("fetch_add", dst, offset, FI_SUM, operand, 0);
 }
 
-uint64_t OfiTransport::compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                                    uint64_t desired) {
+uint64_t OfiTransport::do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                                       uint64_t desired) {
   return atomic("compare_swap", dst, offset, FI_CSWAP, desired, expected);
 }
 
-uint64_t OfiTransport::swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
+uint64_t OfiTransport::do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
   require_atomics("swap");
   if (native_swap_) return atomic("swap", dst, offset, FI_ATOMIC_WRITE, value, 0);
   return swap_by_compare_swap(*this, dst, offset, value);
 }
 
-uint64_t OfiTransport::atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
+uint64_t OfiTransport::do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
   require_atomics("atomic_max");
   if (caps_.native_atomic_max) return atomic("atomic_max", dst, offset, FI_MAX, value, 0);
   return max_by_compare_swap(*this, dst, offset, value);

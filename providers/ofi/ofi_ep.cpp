@@ -39,7 +39,7 @@ Bytes OfiTransport::address() const {
   return blob;
 }
 
-void OfiTransport::connect(int my_rank, std::span<const Bytes> addresses) {
+void OfiTransport::do_connect(int my_rank, std::span<const Bytes> addresses) {
   std::lock_guard lock(mutex_);
   if (!peers_.empty()) fail(Errc::invalid_state, "ofi: connect() called twice");
   const int ranks = static_cast<int>(addresses.size());

@@ -333,7 +333,8 @@ std::unique_ptr<Transport> create_ofi(const std::string& variant, const Options&
 const ProviderDescriptor& descriptor() {
   static const ProviderDescriptor ofi{
       "ofi", "libfabric: shm, tcp;ofi_rxm, sockets, verbs;ofi_rxm, cxi, efa, psm3",
-      {"", "shm", "tcp", "sockets", "verbs", "cxi", "efa", "psm3"}, create_ofi};
+      {"", "shm", "tcp", "sockets", "verbs", "cxi", "efa", "psm3"}, create_ofi, ProviderDescriptor::Kind::core,
+      nullptr, {"", "verbs", "efa", "cxi", "psm3"}, "shm"};
   return ofi;
 }
 

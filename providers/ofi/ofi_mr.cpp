@@ -27,7 +27,7 @@ namespace pcoll::transport::ofi {
 
 OfiLocalRegion::OfiLocalRegion(OfiTransport& transport, std::span<std::byte> memory,
                                std::unique_ptr<std::byte, FreeDeleter> owned)
-    : provider_lock_(transport.mutex_), owned_(std::move(owned)), memory_(memory) {
+    : LocalRegion(memory), provider_lock_(transport.mutex_), owned_(std::move(owned)), memory_(memory) {
   const uint64_t mr_mode = transport.mr_mode();
   // libfabric rejects empty registrations; a zero-length region registers a private word
   // so that its key stays valid (bounds checks refuse every access but 0-byte ones).
@@ -114,8 +114,7 @@ std::unique_ptr<LocalRegion> OfiTransport::register_memory(std::span<std::byte> 
   return std::make_unique<OfiLocalRegion>(*this, memory, nullptr);
 }
 
-std::unique_ptr<RemoteRegion> OfiTransport::import_region(int peer, std::span<const std::byte> key) {
-  check_peer("import_region", peer);
+std::unique_ptr<RemoteRegion> OfiTransport::do_import_region(int peer, std::span<const std::byte> key) {
   const KeyModes modes{.virt_addr = (mr_mode_ & FI_MR_VIRT_ADDR) != 0, .raw = (mr_mode_ & FI_MR_RAW) != 0};
   const KeyEnvelope envelope = parse_key(key, peer, modes);
   const uint64_t base = envelope.base;

@@ -47,49 +47,20 @@ bool is_peer_loss(ssize_t rc) {
   fail(Errc::transport, fi_message(op + " to " + rank, rc));
 }
 
-void OfiTransport::check_peer(const char* op, int peer) const {
-  if (peers_.empty()) fail(Errc::invalid_state, std::string("ofi: ") + op + " before connect()");
-  if (peer < 0 || peer >= static_cast<int>(peers_.size()))
-    invalid_argument(std::string("ofi: ") + op + ": rank " + std::to_string(peer) +
-                     " outside a job of " + std::to_string(peers_.size()));
-  if (peers_[static_cast<size_t>(peer)] == FI_ADDR_NOTAVAIL)
-    invalid_argument(std::string("ofi: ") + op + ": rank " + std::to_string(peer) + " is not reached by " +
-                     caps_.name + " (connected without its address)");
-}
-
-void OfiTransport::check_access(const char* op, const OfiLocalRegion* src, size_t src_offset,
-                                const OfiRemoteRegion& dst, size_t dst_offset,
-                                size_t bytes) const {
-  check_peer(op, dst.peer());
-  auto outside = [bytes](size_t offset, size_t region_bytes) {
-    return offset > region_bytes || bytes > region_bytes - offset;
-  };
-  if (outside(dst_offset, dst.size()))
-    invalid_argument(std::string("ofi: ") + op + " to rank " + std::to_string(dst.peer()) +
-                     ": offset " + std::to_string(dst_offset) + " + " + std::to_string(bytes) +
-                     " bytes is outside its " + std::to_string(dst.size()) + "-byte region");
-  if (src != nullptr && outside(src_offset, src->bytes().size()))
-    invalid_argument(std::string("ofi: ") + op + " to rank " + std::to_string(dst.peer()) +
-                     ": source offset " + std::to_string(src_offset) + " + " +
-                     std::to_string(bytes) + " bytes is outside the local " +
-                     std::to_string(src->bytes().size()) + "-byte region");
-}
-
-void OfiTransport::write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                         size_t dst_offset, size_t bytes) {
+void OfiTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                            size_t dst_offset, size_t bytes) {
   post_write(local(src), src_offset, remote(dst), dst_offset, bytes, false, 0);
 }
 
-void OfiTransport::write_notify(const LocalRegion& src, size_t src_offset,
-                                const RemoteRegion& dst, size_t dst_offset, size_t bytes,
-                                uint64_t value) {
+void OfiTransport::do_write_notify(const LocalRegion& src, size_t src_offset,
+                                   const RemoteRegion& dst, size_t dst_offset, size_t bytes,
+                                   uint64_t value) {
   post_write(local(src), src_offset, remote(dst), dst_offset, bytes, true, value);
 }
 
 void OfiTransport::post_write(const OfiLocalRegion& src, size_t src_offset,
                               const OfiRemoteRegion& dst, size_t dst_offset, size_t bytes,
                               bool with_value, uint64_t value) {
-  check_access(with_value ? "write_notify" : "write", &src, src_offset, dst, dst_offset, bytes);
   if (bytes == 0) {
     // Nothing to make visible: only the value travels, as a notify() message. 0-byte RMA
     // writes never complete on sockets and shm (libfabric 1.17, with FI_DELIVERY_COMPLETE).
@@ -149,8 +120,7 @@ void OfiTransport::post_write_chunk(const OfiLocalRegion& src, size_t src_offset
   if (bucket.outstanding++ == 0) bucket.moved = Clock::now();
 }
 
-void OfiTransport::notify(int peer, uint64_t value) {
-  check_peer("notify", peer);
+void OfiTransport::do_notify(int peer, uint64_t value) {
   std::unique_lock lock(mutex_);
   if (!peer_failure_[peer].empty()) fail_peer(Errc::peer_failed, peer, peer_failure_[peer]);
   // An 8-byte inject into one of the target's posted receives (see ofi_transport.hpp).

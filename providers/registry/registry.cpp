@@ -13,6 +13,7 @@
 #include <support/log.hpp>
 #include <support/pcoll_config.h>
 #include <support/settings.hpp>
+#include <util/host_nics.hpp>
 #if PCOLL_HAVE_UCX
 #include <ucx/ucx_provider.hpp>
 #endif
@@ -27,7 +28,11 @@ const std::array kProviders = {
     &transport::ofi::descriptor(),
     // Ranks that are threads of one process only (tests/threads): never a default.
     &transport::inproc::descriptor(),
+    // Layered: written "fault+<selector>".
+    &transport::fault::descriptor(),
 };
+
+using Kind = transport::ProviderDescriptor::Kind;
 
 }  // namespace
 
@@ -52,52 +57,67 @@ std::string default_selector() { return settings::get_text("PCOLL_PROVIDER").val
 
 namespace {
 
-// The libfabric selectors that name a network: peers on this host are routed through
-// libfabric shm instead (PCOLL_LOCAL_PATH=shm), peers elsewhere through the network.
-bool names_ofi_network(const std::string& variant) {
-  return variant.empty() || variant == "verbs" || variant == "efa" || variant == "cxi" || variant == "psm3";
+// A variant of `provider` that names a network (its network_variants row): peers on this
+// host are routed through its local variant instead (PCOLL_LOCAL_PATH=shm), peers elsewhere
+// through the network.
+bool names_network(const transport::ProviderDescriptor& provider, const std::string& variant) {
+  for (const auto& network : provider.network_variants)
+    if (network == variant) return true;
+  return false;
 }
 
-std::unique_ptr<transport::Transport> create_ofi_network(const std::string& variant,
-                                                         const transport::Options& options) {
-  const transport::ProviderDescriptor& ofi = *find("ofi");
+std::unique_ptr<transport::Transport> create_network(const transport::ProviderDescriptor& provider,
+                                                     const std::string& variant,
+                                                     const transport::Options& options) {
   const transport::JobLayout& layout = options.layout;
-  const std::string selector = "ofi" + (variant.empty() ? "" : ":" + variant);
+  const std::string family = provider.family;
+  const std::string local_variant = provider.local_variant;
+  const std::string selector = family + (variant.empty() ? "" : ":" + variant);
+  const std::string local_selector = family + ":" + local_variant;
   // Layout unknown (a tool connecting ranks itself), or every peer through the network.
-  if (layout.hosts <= 0 || settings::get_choice("PCOLL_LOCAL_PATH") == "network") return ofi.create(variant, options);
+  if (layout.hosts <= 0 || settings::get_choice("PCOLL_LOCAL_PATH") == "network")
+    return provider.create(variant, options);
   if (layout.hosts == 1) {
-    log::info(selector + ": every rank runs on this host: libfabric shm for all (PCOLL_LOCAL_PATH=network "
-                         "takes the network instead)");
-    return ofi.create("shm", options);
+    log::info(selector + ": every rank runs on this host: " + local_selector +
+              " for all (PCOLL_LOCAL_PATH=network takes the network instead)");
+    return provider.create(local_variant, options);
   }
   // Several hosts: every rank routes (a rank alone on its host too, so that all speak the
   // same addresses), through shm to the ranks of its host.
-  auto network = ofi.create(variant, options);
-  auto local = layout.ranks_on_my_host > 1 ? ofi.create("shm", options) : nullptr;
+  auto network = provider.create(variant, options);
+  auto local = layout.ranks_on_my_host > 1 ? provider.create(local_variant, options) : nullptr;
   const std::string network_name = network->capabilities().name;
-  const std::string name = "ofi:shm+" + (network_name.rfind("ofi:", 0) == 0 ? network_name.substr(4) : network_name);
+  const std::string prefix = family + ":";
+  const std::string name =
+      local_selector + "+" + (network_name.rfind(prefix, 0) == 0 ? network_name.substr(prefix.size()) : network_name);
   return transport::routed::route(std::move(local), std::move(network), layout.host_key, name);
 }
 
-// A selector without the fault+ prefix: the provider family's own create(), the libfabric
-// network selectors routed by where the peers live.
+// A core provider's selector: the provider's own create(), its network selectors routed
+// by where the peers live.
 std::unique_ptr<transport::Transport> create_plain(const std::string& selector,
                                                    const transport::Options& options) {
   const auto colon = selector.find(':');
   const std::string family = selector.substr(0, colon);
   const std::string variant = colon == std::string::npos ? "" : selector.substr(colon + 1);
-  if (family == "ofi" && names_ofi_network(variant)) return create_ofi_network(variant, options);
-  if (const auto* provider = find(family)) return provider->create(variant, options);
+  if (const auto* provider = find(family)) {
+    if (provider->kind == Kind::layered)
+      invalid_argument("PCOLL_PROVIDER='" + selector + "': " + provider->family +
+                       " is layered over another provider; write " + provider->family +
+                       "+<selector> (e.g. " + provider->family + "+ofi:shm), or " + provider->family +
+                       "+ for the default");
+    if (names_network(*provider, variant)) return create_network(*provider, variant, options);
+    return provider->create(variant, options);
+  }
   if (family == "ucx")
     fail(Errc::unsupported, "PCOLL_PROVIDER='" + selector +
                                 "': this pcoll was built without UCX (install libucx-dev and "
                                 "rebuild with -Ducx=enabled)");
-  if (family == "fault")
-    invalid_argument("PCOLL_PROVIDER='" + selector +
-                     "': the fault-injection transport wraps another provider; write "
-                     "fault+<selector> (e.g. fault+ofi:shm), or fault+ for the default");
-  invalid_argument("PCOLL_PROVIDER='" + selector + "' is not a provider; use " + selector_list() +
-                   " (or fault+ before any of them to inject PCOLL_FAULT's faults)");
+  std::string layers;
+  for (const auto* provider : kProviders)
+    if (provider->kind == Kind::layered) layers += std::string(layers.empty() ? "" : ", ") + provider->family + "+";
+  invalid_argument("PCOLL_PROVIDER='" + selector + "' is not a provider; use " + selector_list() + " (or " +
+                   layers + " before any of them: fault+ injects PCOLL_FAULT's faults)");
 }
 
 // The network providers a job on several hosts tries, best first: UCX where built (it
@@ -116,8 +136,8 @@ std::vector<std::string> network_candidates(const transport::JobLayout& layout) 
   return candidates;
 }
 
-// The default. On one host (or where nobody gathered the layout), the settings table's
-// PCOLL_PROVIDER default: it must work wherever libfabric's shm does, so it falls back
+// The default, the one a job runs without PCOLL_PROVIDER (and the one "fault+" wraps). On
+// one host (or where nobody gathered the layout), the settings table's PCOLL_PROVIDER default: it must work wherever libfabric's shm does, so it falls back
 // rather than fails. On several hosts, the first network candidate that opens, each
 // refusal logged.
 std::unique_ptr<transport::Transport> create_default(const transport::Options& options) {
@@ -138,7 +158,8 @@ std::unique_ptr<transport::Transport> create_default(const transport::Options& o
                                 " hosts and no network provider is usable" + reasons +
                                 ". Set PCOLL_PROVIDER to choose.");
   }
-  const std::string selector = default_selector();
+  // The table's default, not PCOLL_PROVIDER: "fault+" alone comes here for what it wraps.
+  const std::string selector(settings::entry("PCOLL_PROVIDER").fallback);
   if (selector == "ofi:shm") return create_plain(selector, options);
   try {
     return create_plain(selector, options);
@@ -149,7 +170,13 @@ std::unique_ptr<transport::Transport> create_default(const transport::Options& o
   }
 }
 
-constexpr const char* kFaultPrefix = "fault+";
+// The layered provider a selector starts with ("fault" of "fault+ucx:shm"), or nullptr.
+const transport::ProviderDescriptor* layered_prefix(const std::string& selector) {
+  const auto plus = selector.find('+');
+  if (plus == std::string::npos) return nullptr;
+  const auto* provider = find(selector.substr(0, plus));
+  return provider != nullptr && provider->kind == Kind::layered ? provider : nullptr;
+}
 
 }  // namespace
 
@@ -157,23 +184,22 @@ std::unique_ptr<transport::Transport> create(const std::string& selector_in,
                                              const transport::Options& options) {
   // A bad value is refused even where this selector would not consult it.
   (void)settings::get_choice("PCOLL_LOCAL_PATH");
+  transport::check_nic_setting();
   const bool defaulted = selector_in.empty() && !settings::raw("PCOLL_PROVIDER");
   const std::string selector = selector_in.empty() ? default_selector() : selector_in;
-  const bool faulty = selector.rfind(kFaultPrefix, 0) == 0;
+  const auto* layer = layered_prefix(selector);
   // Faults asked for but nobody to inject them: a fault test would pass for nothing.
-  if (!faulty && settings::raw("PCOLL_FAULT"))
+  if (layer == nullptr && settings::raw("PCOLL_FAULT"))
     invalid_argument("PCOLL_FAULT is set but the provider is '" + selector +
                      "': only the fault-injection transport injects faults (PCOLL_PROVIDER=fault+" +
                      selector + ")");
   if (defaulted) return create_default(options);
-  if (faulty) {
-    const std::string inner = selector.substr(std::string(kFaultPrefix).size());
-    if (inner.rfind("fault", 0) == 0)
-      invalid_argument("PCOLL_PROVIDER='" + selector + "': the fault-injection transport wraps a provider, "
-                       "not itself; PCOLL_FAULT takes several rules (separated by ';')");
-    return transport::fault::wrap(inner.empty() ? create_default(options) : create_plain(inner, options), options);
-  }
-  return create_plain(selector, options);
+  if (layer == nullptr) return create_plain(selector, options);
+  const std::string inner = selector.substr(std::string(layer->family).size() + 1);
+  if (layered_prefix(inner) != nullptr || inner == layer->family)
+    invalid_argument("PCOLL_PROVIDER='" + selector + "': " + layer->family + " is layered over a core provider, "
+                     "not over itself; PCOLL_FAULT takes several rules (separated by ';')");
+  return layer->wrap(inner.empty() ? create_default(options) : create_plain(inner, options), options);
 }
 
 }  // namespace pcoll::providers

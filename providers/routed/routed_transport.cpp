@@ -104,7 +104,7 @@ Bytes RoutedTransport::address() const {
   return out;
 }
 
-void RoutedTransport::connect(int my_rank, std::span<const Bytes> addresses) {
+void RoutedTransport::do_connect(int my_rank, std::span<const Bytes> addresses) {
   if (rank_ >= 0) fail(Errc::invalid_state, caps_.name + ": connect() called twice");
   const auto ranks = addresses.size();
   if (my_rank < 0 || static_cast<size_t>(my_rank) >= ranks)
@@ -179,7 +179,7 @@ std::unique_ptr<LocalRegion> RoutedTransport::register_memory(std::span<std::byt
   return std::make_unique<RoutedLocalRegion>(std::move(network), std::move(on_host));
 }
 
-std::unique_ptr<RemoteRegion> RoutedTransport::import_region(int peer, std::span<const std::byte> key) {
+std::unique_ptr<RemoteRegion> RoutedTransport::do_import_region(int peer, std::span<const std::byte> key) {
   const bool here = is_local(peer);
   Reader in(key, caps_.name + ": the region key of rank " + std::to_string(peer));
   if (in.u32() != kKeyMagic)
@@ -196,37 +196,37 @@ std::unique_ptr<RemoteRegion> RoutedTransport::import_region(int peer, std::span
 
 // --- Data movement and atomics ------------------------------------------------------------------
 
-void RoutedTransport::write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-                            size_t bytes) {
+void RoutedTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                               size_t bytes) {
   const RoutedRemoteRegion& d = remote(dst);
   (d.local() ? *local_ : *network_).write(local(src).half(d.local()), src_offset, d.inner(), dst_offset, bytes);
 }
 
-void RoutedTransport::write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                                   size_t dst_offset, size_t bytes, uint64_t value) {
+void RoutedTransport::do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                                      size_t dst_offset, size_t bytes, uint64_t value) {
   const RoutedRemoteRegion& d = remote(dst);
   (d.local() ? *local_ : *network_)
       .write_notify(local(src).half(d.local()), src_offset, d.inner(), dst_offset, bytes, value);
 }
 
-void RoutedTransport::notify(int peer, uint64_t value) { route(peer).notify(peer, value); }
+void RoutedTransport::do_notify(int peer, uint64_t value) { route(peer).notify(peer, value); }
 
-uint64_t RoutedTransport::fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
+uint64_t RoutedTransport::do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
   const RoutedRemoteRegion& d = remote(dst);
   return (d.local() ? *local_ : *network_).fetch_add(d.inner(), offset, operand);
 }
 
-uint64_t RoutedTransport::compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
+uint64_t RoutedTransport::do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
   const RoutedRemoteRegion& d = remote(dst);
   return (d.local() ? *local_ : *network_).compare_swap(d.inner(), offset, expected, desired);
 }
 
-uint64_t RoutedTransport::swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
+uint64_t RoutedTransport::do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
   const RoutedRemoteRegion& d = remote(dst);
   return (d.local() ? *local_ : *network_).swap(d.inner(), offset, value);
 }
 
-uint64_t RoutedTransport::atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
+uint64_t RoutedTransport::do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
   const RoutedRemoteRegion& d = remote(dst);
   return (d.local() ? *local_ : *network_).atomic_max(d.inner(), offset, value);
 }

@@ -52,7 +52,7 @@ void UcxTransport::check_connected(const char* operation) const {
     fail(Errc::invalid_state, std::string("ucx: ") + operation + " before connect()");
 }
 
-void UcxTransport::connect(int my_rank, std::span<const Bytes> addresses) {
+void UcxTransport::do_connect(int my_rank, std::span<const Bytes> addresses) {
   std::unique_lock lock(core_->mutex);
   if (core_->my_rank >= 0) fail(Errc::invalid_state, "ucx: connect() called twice");
   if (addresses.empty() || my_rank < 0 || static_cast<size_t>(my_rank) >= addresses.size())

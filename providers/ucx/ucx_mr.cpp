@@ -33,7 +33,7 @@ Bytes pack_key(ucp_context_h context, ucp_mem_h memh, uint64_t address, size_t l
 
 UcxLocalRegion::UcxLocalRegion(std::shared_ptr<UcxCore> core, ucp_mem_h memh,
                                std::span<std::byte> bytes)
-    : core_(std::move(core)), memh_(memh), bytes_(bytes) {
+    : LocalRegion(bytes), core_(std::move(core)), memh_(memh), bytes_(bytes) {
   key_ = pack_key(core_->context.get(), memh_, reinterpret_cast<uintptr_t>(bytes_.data()),
                   bytes_.size(), address_fingerprint(core_->worker_address));
   if (!bytes_.empty()) core_->add_local_range(reinterpret_cast<uintptr_t>(bytes_.data()), bytes_.size());
@@ -47,7 +47,7 @@ UcxLocalRegion::~UcxLocalRegion() {
 
 UcxRemoteRegion::UcxRemoteRegion(std::shared_ptr<UcxCore> core, int peer, uint64_t address,
                                  size_t bytes, ucp_rkey_h rkey)
-    : core_(std::move(core)), peer_(peer), address_(address), bytes_(bytes), rkey_(rkey) {
+    : RemoteRegion(peer, bytes), core_(std::move(core)), peer_(peer), address_(address), bytes_(bytes), rkey_(rkey) {
   // Shared memory: UCX maps the peer's segment here (a peer on this host, memory from
   // allocate()), so the mailbox path can copy into it. Peers elsewhere: UNREACHABLE.
   std::unique_lock lock(core_->mutex);
@@ -106,8 +106,8 @@ std::unique_ptr<LocalRegion> UcxTransport::register_memory(std::span<std::byte> 
   return map_memory(memory.data(), memory.size(), false);
 }
 
-std::unique_ptr<RemoteRegion> UcxTransport::import_region(int peer_rank,
-                                                          std::span<const std::byte> key) {
+std::unique_ptr<RemoteRegion> UcxTransport::do_import_region(int peer_rank,
+                                                             std::span<const std::byte> key) {
   check_connected("import_region");
   const std::string who = "remote key from rank " + std::to_string(peer_rank);
   const KeyView header = decode_key(key, who);

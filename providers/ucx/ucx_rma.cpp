@@ -43,20 +43,6 @@
 
 namespace pcoll::transport::ucx {
 
-namespace {
-
-// Throws invalid_argument unless [offset, offset + bytes) lies inside a region of `size`.
-void check_range(const char* operation, const char* side, int peer, size_t offset, size_t bytes,
-                 size_t size) {
-  if (offset <= size && bytes <= size - offset) return;
-  invalid_argument(std::string("ucx: ") + operation + " to rank " + std::to_string(peer) +
-                   ": " + side + " range [offset " + std::to_string(offset) + ", length " +
-                   std::to_string(bytes) + "] exceeds the " + std::to_string(size) +
-                   "-byte region");
-}
-
-}  // namespace
-
 ucp_request_param_t send_param(SendOp* op) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -194,13 +180,11 @@ void UcxTransport::post_send(std::unique_lock<std::mutex>&, Peer& p, SendOp* op,
   ++p.sends_in_flight;
 }
 
-void UcxTransport::write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                         size_t dst_offset, size_t bytes) {
+void UcxTransport::do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                            size_t dst_offset, size_t bytes) {
   check_connected("write");
   const UcxLocalRegion& s = local(src);
   const UcxRemoteRegion& d = remote(dst);
-  check_range("write", "local", d.peer(), src_offset, bytes, s.bytes().size());
-  check_range("write", "remote", d.peer(), dst_offset, bytes, d.size());
   if (bytes == 0) return;
 
   std::unique_lock lock(core_->mutex);
@@ -219,14 +203,12 @@ void UcxTransport::write(const LocalRegion& src, size_t src_offset, const Remote
   ++p.puts_posted;
 }
 
-void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
-                                const RemoteRegion& dst, size_t dst_offset, size_t bytes,
-                                uint64_t value) {
+void UcxTransport::do_write_notify(const LocalRegion& src, size_t src_offset,
+                                   const RemoteRegion& dst, size_t dst_offset, size_t bytes,
+                                   uint64_t value) {
   check_connected("write_notify");
   const UcxLocalRegion& s = local(src);
   const UcxRemoteRegion& d = remote(dst);
-  check_range("write_notify", "local", d.peer(), src_offset, bytes, s.bytes().size());
-  check_range("write_notify", "remote", d.peer(), dst_offset, bytes, d.size());
   if (bytes == 0) return notify(d.peer(), value);
 
   std::unique_lock lock(core_->mutex);
@@ -291,7 +273,7 @@ void UcxTransport::write_notify(const LocalRegion& src, size_t src_offset,
             "write_notify");
 }
 
-void UcxTransport::notify(int peer_rank, uint64_t value) {
+void UcxTransport::do_notify(int peer_rank, uint64_t value) {
   check_connected("notify");
   std::unique_lock lock(core_->mutex);
   Peer& p = core_->peer(peer_rank);

@@ -52,8 +52,13 @@ def parse_graph(source_root):
     if table is None:
         sys.exit("layering: no layer_table in meson.build")
     layers = {"pcoll": {"folder": "include", "uses": []}}
+    providers = []  # 'providers' in a row: every provider row above it (as meson.build reads it)
     for name, folder, uses in ROW.findall(table.group(1)):
-        layers[name] = {"folder": folder, "uses": re.findall(r"'(\w+)'", uses)}
+        named = re.findall(r"'(\w+)'", uses)
+        named = [u for n in named for u in (providers if n == "providers" else [n])]
+        layers[name] = {"folder": folder, "uses": named}
+        if folder.startswith("providers/") and name not in ("util", "registry"):
+            providers.append(name)
     return layers
 
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "fake_transport.hpp"
 #include <fault/fault_spec.hpp>
 #include <fault/fault_transport.hpp>
 #include <support/error.hpp>
@@ -35,72 +36,14 @@ std::string spec_error(const std::string& spec) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// A transport of one process that is every rank at once: a notification to any peer lands
-// in its own queue, so a test sees exactly what the decorator makes of it.
-class Loopback final : public Transport {
- public:
-  struct Region final : LocalRegion, RemoteRegion {
-    explicit Region(int peer) : peer_(peer) {}
-    std::span<std::byte> bytes() const override { return {}; }
-    Bytes remote_key() const override { return {}; }
-    int peer() const override { return peer_; }
-    size_t size() const override { return 0; }
-    int peer_;
-  };
-
-  const Capabilities& capabilities() const override { return caps_; }
-  Bytes address() const override { return {}; }
-  void connect(int, std::span<const Bytes>) override {}
-  int rank() const override { return 0; }
-  int size() const override { return 4; }
-  std::unique_ptr<LocalRegion> allocate(size_t) override { return std::make_unique<Region>(0); }
-  std::unique_ptr<LocalRegion> register_memory(std::span<std::byte>) override { return std::make_unique<Region>(0); }
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte>) override {
-    return std::make_unique<Region>(peer);
-  }
-  void write(const LocalRegion&, size_t, const RemoteRegion&, size_t, size_t) override { ++writes; }
-  void write_notify(const LocalRegion&, size_t, const RemoteRegion&, size_t, size_t, uint64_t value) override {
-    notify(0, value);
-  }
-  void notify(int, uint64_t value) override {
-    std::lock_guard lock(mutex_);
-    queue_.push_back(value);
-  }
-  uint64_t fetch_add(const RemoteRegion&, size_t, uint64_t) override { return 0; }
-  uint64_t compare_swap(const RemoteRegion&, size_t, uint64_t, uint64_t) override { return 0; }
-  uint64_t swap(const RemoteRegion&, size_t, uint64_t) override { return 0; }
-  uint64_t atomic_max(const RemoteRegion&, size_t, uint64_t) override { return 0; }
-  void flush() override { ++flushes; }
-  void progress() override {}
-  size_t poll(std::span<uint64_t> out) override {
-    std::lock_guard lock(mutex_);
-    size_t n = 0;
-    for (; n < out.size() && !queue_.empty(); ++n) {
-      out[n] = queue_.front();
-      queue_.pop_front();
-    }
-    return n;
-  }
-  bool wait(std::chrono::microseconds timeout, WaitFor) override {
-    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(timeout, 200us));
-    std::lock_guard lock(mutex_);
-    return !queue_.empty();
-  }
-  void wake() override {}
-
-  int writes = 0;
-  int flushes = 0;
-
- private:
-  Capabilities caps_{"loop", "loop", "loop"};
-  std::mutex mutex_;
-  std::deque<uint64_t> queue_;
-};
+// The shared fake (tests/helpers/fake_transport.hpp): every rank at once, so a test sees
+// exactly what the decorator makes of a call.
+using Loopback = pcoll::test::FakeTransport;
 
 // A decorated loopback at rank 0 of 4, connected.
 struct Rig {
   explicit Rig(const std::string& spec, std::chrono::milliseconds timeout = 1000ms) {
-    auto inner = std::make_unique<Loopback>();
+    auto inner = std::make_unique<Loopback>("loop");
     loop = inner.get();
     Options options;
     options.timeout = timeout;
@@ -191,7 +134,7 @@ TEST_CASE("PCOLL_FAULT: every malformed spec is an error naming the rule and wha
 }
 
 TEST_CASE("PCOLL_FAULT: a rank or peer outside the job is refused at connect") {
-  auto inner = std::make_unique<Loopback>();
+  auto inner = std::make_unique<Loopback>("loop");
   fault::FaultTransport transport(std::move(inner), fault::parse_spec("kill,rank=4"), Options{});
   const std::vector<Bytes> addresses(4);
   try {

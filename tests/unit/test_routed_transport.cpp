@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "fake_transport.hpp"
 #include <routed/routed_transport.hpp>
 #include <support/error.hpp>
 
@@ -21,105 +22,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Records what it is asked to do; a notification to any peer lands in its own queue.
-class Recorder final : public Transport {
- public:
-  struct Region final : LocalRegion, RemoteRegion {
-    Region(int peer, std::string origin) : peer_(peer), origin(std::move(origin)) {}
-    std::span<std::byte> bytes() const override { return {const_cast<std::byte*>(memory), sizeof memory}; }
-    Bytes remote_key() const override {
-      return Bytes(reinterpret_cast<const std::byte*>(origin.data()),
-                   reinterpret_cast<const std::byte*>(origin.data()) + origin.size());
-    }
-    int peer() const override { return peer_; }
-    size_t size() const override { return sizeof memory; }
-    int peer_;
-    std::string origin;  // the transport that made it, and for imports the key it came from
-    std::byte memory[64] = {};
-  };
-
-  explicit Recorder(std::string name) : name_(std::move(name)) {
-    caps_.name = name_;
-    caps_.provider = name_;
-    caps_.partial_connect = true;
-    caps_.notify_bits = name_ == "net" ? 32 : 64;
-  }
-
-  const Capabilities& capabilities() const override { return caps_; }
-  Bytes address() const override {
-    const std::string a = name_ + "-address";
-    return Bytes(reinterpret_cast<const std::byte*>(a.data()), reinterpret_cast<const std::byte*>(a.data()) + a.size());
-  }
-  void connect(int my_rank, std::span<const Bytes> addresses) override {
-    rank_ = my_rank;
-    connected.assign(addresses.begin(), addresses.end());
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(connected.size()); }
-  std::unique_ptr<LocalRegion> allocate(size_t) override { return std::make_unique<Region>(rank_, name_); }
-  std::unique_ptr<LocalRegion> register_memory(std::span<std::byte>) override {
-    ++registered;
-    return std::make_unique<Region>(rank_, name_);
-  }
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override {
-    return std::make_unique<Region>(peer, std::string(reinterpret_cast<const char*>(key.data()), key.size()));
-  }
-  void write(const LocalRegion& src, size_t, const RemoteRegion& dst, size_t, size_t) override {
-    CHECK(dynamic_cast<const Region&>(src).origin == name_);  // the half of this transport
-    touched.push_back(dst.peer());
-  }
-  void write_notify(const LocalRegion& src, size_t, const RemoteRegion& dst, size_t, size_t, uint64_t value) override {
-    CHECK(dynamic_cast<const Region&>(src).origin == name_);
-    touched.push_back(dst.peer());
-    notify(dst.peer(), value);
-  }
-  void notify(int peer, uint64_t value) override {
-    touched.push_back(peer);
-    std::lock_guard lock(mutex_);
-    queue_.push_back(value);
-  }
-  uint64_t fetch_add(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
-  uint64_t compare_swap(const RemoteRegion& dst, size_t, uint64_t, uint64_t) override {
-    return touched.push_back(dst.peer()), 0;
-  }
-  uint64_t swap(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
-  uint64_t atomic_max(const RemoteRegion& dst, size_t, uint64_t) override { return touched.push_back(dst.peer()), 0; }
-  void flush() override { ++flushes; }
-  void progress() override {}
-  size_t poll(std::span<uint64_t> out) override {
-    std::lock_guard lock(mutex_);
-    size_t n = 0;
-    for (; n < out.size() && !queue_.empty(); ++n) {
-      out[n] = queue_.front();
-      queue_.pop_front();
-    }
-    return n;
-  }
-  bool wait(std::chrono::microseconds timeout, WaitFor) override {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    do {
-      {
-        std::lock_guard lock(mutex_);
-        if (!queue_.empty()) return true;
-      }
-      std::this_thread::sleep_for(20us);
-    } while (std::chrono::steady_clock::now() < until);
-    return false;
-  }
-  void wake() override {}
-
-  std::vector<Bytes> connected;
-  std::vector<int> touched;
-  int flushes = 0;
-  int registered = 0;
-
- private:
-  std::string name_;
-  Capabilities caps_;
-  int rank_ = -1;
-  std::mutex mutex_;
-  std::deque<uint64_t> queue_;
-};
+// Each half of the routed transport is the shared fake (tests/helpers/fake_transport.hpp).
+using Recorder = pcoll::test::FakeTransport;
+std::unique_ptr<Recorder> recorder(const std::string& name) {
+  auto fake = std::make_unique<Recorder>(name, /*partial_connect=*/true);
+  fake->caps.notify_bits = name == "net" ? 32 : 64;
+  return fake;
+}
 
 struct Job {
   Recorder* shm = nullptr;
@@ -130,8 +39,8 @@ struct Job {
 // Rank `me` of a job whose ranks live on `hosts` (a host name per rank).
 Job make(int me, const std::vector<std::string>& hosts, std::vector<Bytes>* addresses = nullptr) {
   Job job;
-  auto shm = std::make_unique<Recorder>("shm");
-  auto net = std::make_unique<Recorder>("net");
+  auto shm = recorder("shm");
+  auto net = recorder("net");
   job.shm = shm.get();
   job.net = net.get();
   job.transport = std::make_unique<routed::RoutedTransport>(std::move(shm), std::move(net),
@@ -140,7 +49,7 @@ Job make(int me, const std::vector<std::string>& hosts, std::vector<Bytes>* addr
     // Every rank's address, as its own routed transport would make it.
     addresses->clear();
     for (size_t r = 0; r < hosts.size(); ++r) {
-      routed::RoutedTransport other(std::make_unique<Recorder>("shm"), std::make_unique<Recorder>("net"), hosts[r],
+      routed::RoutedTransport other(recorder("shm"), recorder("net"), hosts[r],
                                     "ofi:shm+net");
       addresses->push_back(other.address());
     }
@@ -215,7 +124,7 @@ TEST_CASE("a rank alone on its host routes every peer through the network") {
   const std::vector<std::string> hosts = {"a", "b", "b"};
   std::vector<Bytes> addresses;
   make(0, hosts, &addresses);  // every rank's address
-  auto net = std::make_unique<Recorder>("net");
+  auto net = recorder("net");
   Recorder* network = net.get();
   routed::RoutedTransport alone(nullptr, std::move(net), hosts[0], "ofi:shm+net");
   alone.connect(0, addresses);

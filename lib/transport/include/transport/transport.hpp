@@ -81,21 +81,35 @@ inline std::string timeout_text(std::chrono::milliseconds timeout) {
 inline std::string ranks_word(size_t count) { return count == 1 ? "rank " : "ranks "; }
 
 // Memory of this process registered with the transport. Persistent: register once, use often.
+// The base holds the span, so that Transport's checks read it without a virtual call.
 class LocalRegion {
  public:
   virtual ~LocalRegion() = default;
-  virtual std::span<std::byte> bytes() const = 0;
+  std::span<std::byte> bytes() const { return bytes_; }
   // Opaque blob (address, key, length) that peers pass to Transport::import_region().
   virtual Bytes remote_key() const = 0;
+
+ protected:
+  explicit LocalRegion(std::span<std::byte> bytes) : bytes_(bytes) {}
+
+ private:
+  std::span<std::byte> bytes_;
 };
 
-// A peer's registered memory, made from its remote_key() blob. Knows its length so that
-// every access is bounds-checked on the initiator side.
+// A peer's registered memory, made from its remote_key() blob. Knows its peer and length
+// (held by the base) so that every access is bounds-checked on the initiator side.
 class RemoteRegion {
  public:
   virtual ~RemoteRegion() = default;
-  virtual int peer() const = 0;
-  virtual size_t size() const = 0;
+  int peer() const { return peer_; }
+  size_t size() const { return size_; }
+
+ protected:
+  RemoteRegion(int peer, size_t size) : peer_(peer), size_(size) {}
+
+ private:
+  int peer_;
+  size_t size_;
 };
 
 class Transport {
@@ -116,7 +130,7 @@ class Transport {
   // its transports only the peers that transport serves. Any operation towards such a rank
   // is Errc::invalid_argument.
   virtual Bytes address() const = 0;
-  virtual void connect(int my_rank, std::span<const Bytes> addresses) = 0;
+  void connect(int my_rank, std::span<const Bytes> addresses);
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
@@ -127,18 +141,30 @@ class Transport {
   // already (written once): some NICs pin at registration (libfabric's FI_MR_ALLOCATED).
   virtual std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) = 0;
   // Validates the blob (malformed blob -> Errc::protocol) and prepares access to it.
-  virtual std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) = 0;
+  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) {
+    check_peer("import_region", peer);
+    return do_import_region(peer, key);
+  }
 
   // --- One-sided data movement. Asynchronous: the source bytes must stay unchanged until
   // flush() returns. Out-of-range offsets (either side) throw Errc::invalid_argument.
-  virtual void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                     size_t dst_offset, size_t bytes) = 0;
+  void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+             size_t bytes) {
+    check_write("write", src, src_offset, dst, dst_offset, bytes);
+    do_write(src, src_offset, dst, dst_offset, bytes);
+  }
   // write() plus `value` delivered to the target's notification queue once the written
   // bytes are visible there. bytes may be 0.
-  virtual void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                            size_t dst_offset, size_t bytes, uint64_t value) = 0;
+  void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                    size_t bytes, uint64_t value) {
+    check_write("write_notify", src, src_offset, dst, dst_offset, bytes);
+    do_write_notify(src, src_offset, dst, dst_offset, bytes, value);
+  }
   // `value` alone. No ordering against earlier writes unless flush() came between.
-  virtual void notify(int peer, uint64_t value) = 0;
+  void notify(int peer, uint64_t value) {
+    check_peer("notify", peer);
+    do_notify(peer, value);
+  }
   // Counts of the paths notify()/write_notify() to `peer` took so far (see
   // NotificationPaths); all zero where the provider has one path only.
   virtual NotificationPaths notification_paths(int /*peer*/) const { return {}; }
@@ -146,13 +172,24 @@ class Transport {
   // --- 64-bit remote atomics on an 8-byte-aligned word. Blocking; return the old value.
   // Where capabilities().remote_atomics is false each throws Errc::unsupported naming the
   // provider.
-  virtual uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) = 0;
+  uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
+    check_word("fetch_add", dst, offset);
+    return do_fetch_add(dst, offset, operand);
+  }
   // Stores `desired` if the word equals `expected`; returns the old word either way.
-  virtual uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                                uint64_t desired) = 0;
-  virtual uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) = 0;
+  uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) {
+    check_word("compare_swap", dst, offset);
+    return do_compare_swap(dst, offset, expected, desired);
+  }
+  uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) {
+    check_word("swap", dst, offset);
+    return do_swap(dst, offset, value);
+  }
   // Unsigned max; emulated with compare_swap where the provider has no native max.
-  virtual uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) = 0;
+  uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) {
+    check_word("atomic_max", dst, offset);
+    return do_atomic_max(dst, offset, value);
+  }
 
   // Waits until every operation this process posted before the call is complete: its
   // source bytes may be reused, a plain write's data is visible at the target, and a
@@ -187,17 +224,73 @@ class Transport {
   // The job failed before it was set up: the destructor must not wait for or progress
   // towards peers (no best-effort flush). A provider without such a flush ignores it.
   virtual void abandon() {}
+
+ protected:
+  // What a provider implements behind the checked calls above: peer, ranges and alignment
+  // are checked once here (transport.cpp), so an implementation sees a connected peer it
+  // reaches and in-range offsets; region types and the provider's own state stay its job.
+  virtual void do_connect(int my_rank, std::span<const Bytes> addresses) = 0;
+  virtual std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) = 0;
+  virtual void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                        size_t bytes) = 0;
+  virtual void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                               size_t dst_offset, size_t bytes, uint64_t value) = 0;
+  virtual void do_notify(int peer, uint64_t value) = 0;
+  virtual uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) = 0;
+  virtual uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                                   uint64_t desired) = 0;
+  virtual uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) = 0;
+  virtual uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) = 0;
+
+ private:
+  // The checks: inline where they pass, the errors out of line (transport.cpp), all
+  // Errc::invalid_argument in one format: "<selector>: <operation> to rank <peer>: ...".
+  void check_peer(const char* operation, int peer) const {
+    if (peer < 0 || peer >= peer_count_ || unreachable_[static_cast<size_t>(peer)]) refuse_peer(operation, peer);
+  }
+  static bool inside(size_t offset, size_t bytes, size_t size) { return offset <= size && bytes <= size - offset; }
+  void check_write(const char* operation, const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                   size_t dst_offset, size_t bytes) const {
+    check_peer(operation, dst.peer());
+    if (!inside(src_offset, bytes, src.bytes().size()))
+      refuse_range(operation, dst.peer(), "local", src_offset, bytes, src.bytes().size());
+    if (!inside(dst_offset, bytes, dst.size()))
+      refuse_range(operation, dst.peer(), "remote", dst_offset, bytes, dst.size());
+  }
+  void check_word(const char* operation, const RemoteRegion& dst, size_t offset) const {
+    check_peer(operation, dst.peer());
+    if (offset % sizeof(uint64_t) != 0 || !inside(offset, sizeof(uint64_t), dst.size()))
+      refuse_word(operation, dst.peer(), offset, dst.size());
+  }
+  [[noreturn]] void refuse_peer(const char* operation, int peer) const;
+  [[noreturn]] void refuse_range(const char* operation, int peer, const char* side, size_t offset, size_t bytes,
+                                 size_t size) const;
+  [[noreturn]] void refuse_word(const char* operation, int peer, size_t offset, size_t size) const;
+
+  int peer_count_ = 0;             // 0 until connect()
+  std::vector<bool> unreachable_;  // ranks connect() got no address for (partial_connect)
 };
 
 // A provider, as the registry (providers/registry/include/registry/registry.hpp) lists it: like libfabric's
 // struct fi_provider, one descriptor per implementation instead of #if branches.
 struct ProviderDescriptor {
+  // A core provider opens a network itself; a layered one wraps the transport of another
+  // selector, written "<family>+<selector>" (libfabric's hook providers).
+  enum class Kind { core, layered };
+
   const char* family;                 // the selector's part before the colon: "ofi", "ucx"
   const char* summary;                // one line for pcoll_info
-  std::vector<std::string> variants;  // accepted after the colon ("" alone: the best one)
-  // Makes a transport for `variant` ("" = the best this provider finds). Throws
+  std::vector<std::string> variants;  // accepted after the colon ("" alone: the best one); none when layered
+  // Core: makes a transport for `variant` ("" = the best this provider finds). Throws
   // Errc::invalid_argument / Errc::unsupported naming what is missing.
   std::unique_ptr<Transport> (*create)(const std::string& variant, const Options& options);
+  Kind kind = Kind::core;
+  // Layered: wraps `inner`, the transport the selector after the "+" made.
+  std::unique_ptr<Transport> (*wrap)(std::unique_ptr<Transport> inner, const Options& options) = nullptr;
+  // Core: the variants that name a network whose peers on this host the registry routes
+  // through `local_variant` instead (PCOLL_LOCAL_PATH; docs/transport.md, "Routing").
+  std::vector<std::string> network_variants = {};
+  const char* local_variant = nullptr;
 };
 
 }  // namespace pcoll::transport

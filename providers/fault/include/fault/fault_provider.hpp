@@ -15,4 +15,7 @@ namespace pcoll::transport::fault {
 // through); throws Errc::invalid_argument naming what is wrong.
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const Options& options);
 
+// Its registry row: layered, family "fault", wrap() above.
+const ProviderDescriptor& descriptor();
+
 }  // namespace pcoll::transport::fault

@@ -30,45 +30,33 @@
 #include <fault/fault_spec.hpp>
 #include <support/error.hpp>
 #include <transport/transport.hpp>
+#include <util/forwarding_transport.hpp>
 
 namespace pcoll::transport::fault {
 
-class FaultTransport final : public Transport {
+class FaultTransport final : public ForwardingTransport {
  public:
   FaultTransport(std::unique_ptr<Transport> inner, std::vector<Rule> rules, const Options& options);
   ~FaultTransport() override;
 
   const Capabilities& capabilities() const override { return caps_; }
-  Bytes address() const override { return inner_->address(); }
-  void connect(int my_rank, std::span<const Bytes> addresses) override;
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-
-  std::unique_ptr<LocalRegion> allocate(size_t bytes) override { return inner_->allocate(bytes); }
-  std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override {
-    return inner_->register_memory(memory);
-  }
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override {
-    return inner_->import_region(peer, key);
-  }
-
-  void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-             size_t bytes) override;
-  void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-                    size_t bytes, uint64_t value) override;
-  void notify(int peer, uint64_t value) override;
-  NotificationPaths notification_paths(int peer) const override { return inner_->notification_paths(peer); }
-  uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
-  uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) override;
-  uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
-  uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
   void flush() override;
-
   void progress() override;
   size_t poll(std::span<uint64_t> out) override;
   bool wait(std::chrono::microseconds timeout, WaitFor what) override;
-  void wake() override { inner_->wake(); }
-  void abandon() override { inner_->abandon(); }
+
+ protected:
+  // What the faults act on; everything else passes through (ForwardingTransport).
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
+  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                size_t bytes) override;
+  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                       size_t bytes, uint64_t value) override;
+  void do_notify(int peer, uint64_t value) override;
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) override;
+  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -98,7 +86,6 @@ class FaultTransport final : public Transport {
   void shuffle_held_locked();
   std::optional<Clock::time_point> next_release_locked() const;
 
-  std::unique_ptr<Transport> inner_;
   Capabilities caps_;
   Options options_;
   int rank_ = -1;  // known from connect()

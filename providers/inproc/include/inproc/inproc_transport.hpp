@@ -118,7 +118,6 @@ class InprocLocalRegion final : public LocalRegion {
   InprocLocalRegion(std::shared_ptr<Endpoint> endpoint, std::span<std::byte> bytes,
                     std::unique_ptr<std::byte, void (*)(void*)> owned);
   ~InprocLocalRegion() override;
-  std::span<std::byte> bytes() const override { return bytes_; }
   Bytes remote_key() const override;
   uint64_t id() const { return id_; }
   const Endpoint& endpoint() const { return *endpoint_; }
@@ -133,15 +132,11 @@ class InprocLocalRegion final : public LocalRegion {
 // A peer's region, from its key.
 class InprocRemoteRegion final : public RemoteRegion {
  public:
-  InprocRemoteRegion(int peer, uint64_t id, size_t size) : peer_(peer), id_(id), size_(size) {}
-  int peer() const override { return peer_; }
-  size_t size() const override { return size_; }
+  InprocRemoteRegion(int peer, uint64_t id, size_t size) : RemoteRegion(peer, size), id_(id) {}
   uint64_t id() const { return id_; }
 
  private:
-  int peer_;
   uint64_t id_;
-  size_t size_;
 };
 
 class InprocTransport final : public Transport {
@@ -152,25 +147,13 @@ class InprocTransport final : public Transport {
   const Capabilities& capabilities() const override { return caps_; }
 
   Bytes address() const override;
-  void connect(int my_rank, std::span<const Bytes> addresses) override;
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
 
   std::unique_ptr<LocalRegion> allocate(size_t bytes) override;
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override;
 
-  void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-             size_t bytes) override;
-  void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                    size_t dst_offset, size_t bytes, uint64_t value) override;
-  void notify(int peer, uint64_t value) override;
 
-  uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
-  uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                        uint64_t desired) override;
-  uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
-  uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
   void flush() override;
 
@@ -178,6 +161,20 @@ class InprocTransport final : public Transport {
   size_t poll(std::span<uint64_t> out) override;
   bool wait(std::chrono::microseconds timeout, WaitFor what) override;
   void wake() override;
+
+ protected:
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
+  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                size_t bytes) override;
+  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                       size_t dst_offset, size_t bytes, uint64_t value) override;
+  void do_notify(int peer, uint64_t value) override;
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                           uint64_t desired) override;
+  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
  private:
   // Checks that the transport is connected and `peer` is a rank of it.
@@ -203,8 +200,6 @@ class InprocTransport final : public Transport {
 // The provider's own region types, or Errc::invalid_argument naming `op` (inproc_mr.cpp).
 const InprocLocalRegion& local_of(const LocalRegion& region, const char* op);
 const InprocRemoteRegion& remote_of(const RemoteRegion& region, const char* op);
-// offset + bytes lies within size (without overflow).
-inline bool fits(size_t offset, size_t bytes, size_t size) { return offset <= size && bytes <= size - offset; }
 
 // Queues `value` at `target` (Errc::peer_failed once its transport is gone).
 void deliver(Endpoint& target, uint64_t value);

@@ -111,7 +111,6 @@ class OfiLocalRegion final : public LocalRegion {
   // Deregisters under the provider lock: the domain is FI_THREAD_DOMAIN, and the progress
   // thread may be reading the CQ.
   ~OfiLocalRegion() override;
-  std::span<std::byte> bytes() const override { return memory_; }
   Bytes remote_key() const override { return key_blob_; }
 
   void* desc() const { return desc_; }
@@ -132,12 +131,10 @@ class OfiRemoteRegion final : public RemoteRegion {
  public:
   OfiRemoteRegion(fid_domain* domain, std::mutex& provider_lock, int peer, uint64_t address,
                   uint64_t bytes, uint64_t key, bool raw_mapped)
-      : domain_(domain), provider_lock_(provider_lock), peer_(peer), address_(address), bytes_(bytes),
+      : RemoteRegion(peer, bytes), domain_(domain), provider_lock_(provider_lock), address_(address),
         key_(key), raw_mapped_(raw_mapped) {}
   // Unmaps a raw key under the provider lock (FI_THREAD_DOMAIN).
   ~OfiRemoteRegion() override;
-  int peer() const override { return peer_; }
-  size_t size() const override { return bytes_; }
 
   // Address libfabric wants for byte `offset`: virtual address or offset (mr_mode).
   uint64_t address(size_t offset) const { return address_ + offset; }
@@ -146,9 +143,7 @@ class OfiRemoteRegion final : public RemoteRegion {
  private:
   fid_domain* domain_;
   std::mutex& provider_lock_;
-  int peer_;
   uint64_t address_;  // remote virtual base, or 0 with offset addressing
-  uint64_t bytes_;
   uint64_t key_;
   bool raw_mapped_;   // FI_MR_RAW: key came from fi_mr_map_raw and must be unmapped
 };
@@ -164,29 +159,17 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
 
   // ofi_ep.cpp
   Bytes address() const override;
-  void connect(int my_rank, std::span<const Bytes> addresses) override;
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(peers_.size()); }
 
   // ofi_mr.cpp
   std::unique_ptr<LocalRegion> allocate(size_t bytes) override;
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override;
 
   // ofi_rma.cpp
-  void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-             size_t dst_offset, size_t bytes) override;
-  void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                    size_t dst_offset, size_t bytes, uint64_t value) override;
-  void notify(int peer, uint64_t value) override;
   void flush() override;
 
   // ofi_atomic.cpp
-  uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
-  uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                        uint64_t desired) override;
-  uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
-  uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
   // ofi_cq.cpp
   void progress() override;
@@ -201,6 +184,20 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   size_t mr_key_bytes() const { return mr_key_bytes_; }
   uint64_t next_requested_key();
   int my_rank_or_unknown() const { return rank_; }
+
+ protected:
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
+  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                size_t dst_offset, size_t bytes) override;
+  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                       size_t dst_offset, size_t bytes, uint64_t value) override;
+  void do_notify(int peer, uint64_t value) override;
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                           uint64_t desired) override;
+  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -217,9 +214,6 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
                   size_t dst_offset, size_t bytes, bool with_value, uint64_t value);
   void post_write_chunk(const OfiLocalRegion& src, size_t src_offset, const OfiRemoteRegion& dst,
                         size_t dst_offset, size_t bytes, bool with_value, uint64_t value);
-  void check_access(const char* op, const OfiLocalRegion* src, size_t src_offset,
-                    const OfiRemoteRegion& dst, size_t dst_offset, size_t bytes) const;
-  void check_peer(const char* op, int peer) const;
 
   // ofi_atomic.cpp
   // Throws Errc::unsupported naming the provider when it has no 64-bit atomics.

@@ -25,8 +25,7 @@ namespace pcoll::transport::routed {
 class RoutedLocalRegion final : public LocalRegion {
  public:
   RoutedLocalRegion(std::unique_ptr<LocalRegion> network, std::unique_ptr<LocalRegion> local)
-      : network_(std::move(network)), local_(std::move(local)) {}
-  std::span<std::byte> bytes() const override { return network_->bytes(); }
+      : LocalRegion(network->bytes()), network_(std::move(network)), local_(std::move(local)) {}
   Bytes remote_key() const override;
   const LocalRegion& half(bool local) const { return local ? *local_ : *network_; }
 
@@ -37,9 +36,8 @@ class RoutedLocalRegion final : public LocalRegion {
 
 class RoutedRemoteRegion final : public RemoteRegion {
  public:
-  RoutedRemoteRegion(std::unique_ptr<RemoteRegion> inner, bool local) : inner_(std::move(inner)), local_(local) {}
-  int peer() const override { return inner_->peer(); }
-  size_t size() const override { return inner_->size(); }
+  RoutedRemoteRegion(std::unique_ptr<RemoteRegion> inner, bool local)
+      : RemoteRegion(inner->peer(), inner->size()), inner_(std::move(inner)), local_(local) {}
   const RemoteRegion& inner() const { return *inner_; }
   bool local() const { return local_; }
 
@@ -55,24 +53,13 @@ class RoutedTransport final : public Transport {
 
   const Capabilities& capabilities() const override { return caps_; }
   Bytes address() const override;
-  void connect(int my_rank, std::span<const Bytes> addresses) override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   std::unique_ptr<LocalRegion> allocate(size_t bytes) override;
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override;
 
-  void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-             size_t bytes) override;
-  void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
-                    size_t bytes, uint64_t value) override;
-  void notify(int peer, uint64_t value) override;
   NotificationPaths notification_paths(int peer) const override { return route(peer).notification_paths(peer); }
-  uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
-  uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) override;
-  uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
-  uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
   void flush() override;
 
   void progress() override;
@@ -80,6 +67,19 @@ class RoutedTransport final : public Transport {
   bool wait(std::chrono::microseconds timeout, WaitFor what) override;
   void wake() override;
   void abandon() override;
+
+ protected:
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
+  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                size_t bytes) override;
+  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst, size_t dst_offset,
+                       size_t bytes, uint64_t value) override;
+  void do_notify(int peer, uint64_t value) override;
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected, uint64_t desired) override;
+  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
  private:
   Transport& route(int peer) const;

@@ -353,7 +353,6 @@ class UcxLocalRegion final : public LocalRegion {
  public:
   UcxLocalRegion(std::shared_ptr<UcxCore> core, ucp_mem_h memh, std::span<std::byte> bytes);
   ~UcxLocalRegion() override;
-  std::span<std::byte> bytes() const override { return bytes_; }
   Bytes remote_key() const override { return key_; }
   const UcxCore* core() const { return core_.get(); }
 
@@ -370,8 +369,6 @@ class UcxRemoteRegion final : public RemoteRegion {
   UcxRemoteRegion(std::shared_ptr<UcxCore> core, int peer, uint64_t address, size_t bytes,
                   ucp_rkey_h rkey);
   ~UcxRemoteRegion() override;
-  int peer() const override { return peer_; }
-  size_t size() const override { return bytes_; }
   uint64_t address() const { return address_; }
   ucp_rkey_h rkey() const { return rkey_; }
   const UcxCore* core() const { return core_.get(); }
@@ -394,26 +391,14 @@ class UcxTransport final : public Transport {
 
   const Capabilities& capabilities() const override { return core_->caps; }
   Bytes address() const override { return core_->worker_address; }
-  void connect(int my_rank, std::span<const Bytes> addresses) override;
   int rank() const override { return core_->my_rank; }
   int size() const override { return static_cast<int>(core_->peers.size()); }
 
   std::unique_ptr<LocalRegion> allocate(size_t bytes) override;
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
-  std::unique_ptr<RemoteRegion> import_region(int peer, std::span<const std::byte> key) override;
 
-  void write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-             size_t dst_offset, size_t bytes) override;
-  void write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
-                    size_t dst_offset, size_t bytes, uint64_t value) override;
-  void notify(int peer, uint64_t value) override;
   NotificationPaths notification_paths(int peer) const override;
 
-  uint64_t fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
-  uint64_t compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
-                        uint64_t desired) override;
-  uint64_t swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
-  uint64_t atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
   void flush() override;
 
@@ -424,6 +409,20 @@ class UcxTransport final : public Transport {
   // No shutdown flush: UCX 1.13 faults in ucp_worker_progress on the endpoint of a peer
   // that died before its wire-up finished (docs/reliability.md).
   void abandon() override { abandoned_ = true; }
+
+ protected:
+  void do_connect(int my_rank, std::span<const Bytes> addresses) override;
+  std::unique_ptr<RemoteRegion> do_import_region(int peer, std::span<const std::byte> key) override;
+  void do_write(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                size_t dst_offset, size_t bytes) override;
+  void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
+                       size_t dst_offset, size_t bytes, uint64_t value) override;
+  void do_notify(int peer, uint64_t value) override;
+  uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
+  uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
+                           uint64_t desired) override;
+  uint64_t do_swap(const RemoteRegion& dst, size_t offset, uint64_t value) override;
+  uint64_t do_atomic_max(const RemoteRegion& dst, size_t offset, uint64_t value) override;
 
  private:
   void flush_within(std::chrono::milliseconds timeout);
