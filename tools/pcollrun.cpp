@@ -273,7 +273,7 @@ class Launcher {
     // may deliver SIGCHLD to that thread and the loop never hears of it.
     sigset_t handled;
     sigemptyset(&handled);
-    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled, sig);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&handled, sig);
     ::sigprocmask(SIG_BLOCK, &handled, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
     signal_fd_.reset(::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
@@ -362,7 +362,7 @@ class Launcher {
       if (::getppid() != parent) ::_exit(kNotFoundExit);
       struct sigaction dfl{};
       dfl.sa_handler = SIG_DFL;
-      for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
+      for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -7,8 +7,8 @@
 #
 #   signal_matrix.sh BUILD [--ci] [--providers "ofi:shm ucx:shm"] [--signals "INT TERM HUP QUIT USR1"]
 #
-# --ci runs the subset CI runs (suite 'signals'): HUP, TERM and USR1 to a C rank, HUP and
-# INT to pcollrun, on the default provider, and HUP to a Python rank on ofi:shm. Prints one
+# --ci runs the subset CI runs (suite 'signals'): HUP, TERM and USR1 to a C rank, HUP, INT and
+# USR1 to pcollrun, on the default provider, and HUP to a Python rank on ofi:shm. Prints one
 # line per cell and 'N passed, N failed'; exit status 1 if any failed.
 set -uo pipefail
 if [[ "${SIGNAL_MATRIX_INNER:-}" != 1 ]]; then
@@ -105,7 +105,7 @@ if ((ci)); then
   default=$("$build/tools/pcoll_info" 2>/dev/null | sed -n 's/^providers (default \([^)]*\)).*/\1/p' | head -1)
   [[ -n $default ]] || default=ofi:shm
   for sig in HUP TERM USR1; do cell c "$default" "$sig" rank; done
-  for sig in HUP INT; do cell c "$default" "$sig" pcollrun; done
+  for sig in HUP INT USR1; do cell c "$default" "$sig" pcollrun; done
   if [[ -d $build/python/pcoll ]]; then cell python ofi:shm HUP rank; fi
 else
   for provider in $providers; do
