@@ -12,26 +12,15 @@
 
 namespace pcoll::perf {
 
+// The C API's names (pcoll_dtype_name, pcoll_op_name), "invalid" for a value it has none for.
 inline const char* dtype_name(pcoll_dtype_t dtype) {
-  switch (dtype) {
-    case PCOLL_FLOAT32: return "float32";
-    case PCOLL_FLOAT64: return "float64";
-    case PCOLL_INT32: return "int32";
-    case PCOLL_INT64: return "int64";
-    case PCOLL_BFLOAT16: return "bfloat16";
-    case PCOLL_FLOAT16: return "float16";
-  }
-  return "invalid";
+  const char* name = pcoll_dtype_name(dtype);
+  return name != nullptr ? name : "invalid";
 }
 
 inline const char* op_name(pcoll_op_t op) {
-  switch (op) {
-    case PCOLL_OP_SUM: return "sum";
-    case PCOLL_OP_AVG: return "avg";
-    case PCOLL_OP_MIN: return "min";
-    case PCOLL_OP_MAX: return "max";
-  }
-  return "invalid";
+  const char* name = pcoll_op_name(op);
+  return name != nullptr ? name : "invalid";
 }
 
 inline size_t dtype_bytes(pcoll_dtype_t dtype) {

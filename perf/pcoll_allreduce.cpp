@@ -109,20 +109,10 @@ Options parse_options(int argc, char** argv) {
       o.warmup = perf::parse_uint(kTool, kUsage, value(), "-w", 0, 10000000);
     } else if (arg == "-d") {
       const std::string v = value();
-      if (v == "float32") o.dtype = PCOLL_FLOAT32;
-      else if (v == "float64") o.dtype = PCOLL_FLOAT64;
-      else if (v == "int32") o.dtype = PCOLL_INT32;
-      else if (v == "int64") o.dtype = PCOLL_INT64;
-      else if (v == "bfloat16") o.dtype = PCOLL_BFLOAT16;
-      else if (v == "float16") o.dtype = PCOLL_FLOAT16;
-      else usage_error("-d '" + v + "' is not one of float32, float64, int32, int64, bfloat16, float16");
+      if (pcoll_dtype_from_name(v.c_str(), &o.dtype) != PCOLL_SUCCESS) usage_error("-d: " + std::string(pcoll_last_error()));
     } else if (arg == "-o") {
       const std::string v = value();
-      if (v == "sum") o.op = PCOLL_OP_SUM;
-      else if (v == "avg") o.op = PCOLL_OP_AVG;
-      else if (v == "min") o.op = PCOLL_OP_MIN;
-      else if (v == "max") o.op = PCOLL_OP_MAX;
-      else usage_error("-o '" + v + "' is not one of sum, avg, min, max");
+      if (pcoll_op_from_name(v.c_str(), &o.op) != PCOLL_SUCCESS) usage_error("-o: " + std::string(pcoll_last_error()));
     } else if (arg == "-c") {
       o.check = true;
     } else if (arg == "--compare-mpi") {

@@ -33,7 +33,7 @@ class InvalidState(Error):
 
 
 class Mismatch(Error):
-    """Ranks passed different collective arguments."""
+    """Ranks made different collective calls or passed different arguments."""
     status = _STATUS["MISMATCH"]
 
 
