@@ -6,14 +6,7 @@
 # neither disturb nor are disturbed.
 # usage: shm_files_check.sh PCOLLRUN PCOLL_ALLREDUCE
 set -euo pipefail
-if [[ "${SHM_FILES_CHECK_INNER:-}" != 1 ]]; then
-  if ! unshare --mount --propagation private true 2>/dev/null; then
-    echo "skip: needs a mount namespace (unshare --mount, as root) for a private /dev/shm"
-    exit 77
-  fi
-  SHM_FILES_CHECK_INNER=1 exec unshare --mount --propagation private bash -c \
-    'mount -t tmpfs -o size=256m tmpfs /dev/shm && exec "$0" "$@"' "$0" "$@"
-fi
+source "$(dirname "$0")/private_dev_shm.sh" 256m "$0" "$@"
 pcollrun=$1 allreduce=$2
 export PCOLL_PROVIDER=ofi:shm PCOLL_TIMEOUT_MS=5000
 ns=$(readlink /proc/self/ns/pid | tr -dc 0-9)

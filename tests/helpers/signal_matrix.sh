@@ -11,14 +11,7 @@
 # USR1 to pcollrun, on the default provider, and HUP to a Python rank on ofi:shm. Prints one
 # line per cell and 'N passed, N failed'; exit status 1 if any failed.
 set -uo pipefail
-if [[ "${SIGNAL_MATRIX_INNER:-}" != 1 ]]; then
-  if ! unshare --mount --propagation private true 2>/dev/null; then
-    echo "skip: needs a mount namespace (unshare --mount, as root) for a private /dev/shm"
-    exit 77
-  fi
-  SIGNAL_MATRIX_INNER=1 exec unshare --mount --propagation private bash -c \
-    'mount -t tmpfs -o size=512m tmpfs /dev/shm && exec "$0" "$@"' "$0" "$@"
-fi
+source "$(dirname "$0")/private_dev_shm.sh" 512m "$0" "$@"
 build=$(cd "$1" && pwd)
 shift
 ci=0 providers="ofi:shm ofi:tcp ucx:shm ucx:tcp" signals="INT TERM HUP QUIT USR1"
