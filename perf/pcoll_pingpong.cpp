@@ -29,7 +29,7 @@
 #include <support/error.hpp>
 #include "perf_job.hpp"
 #include <registry/registry.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 #include <transport/progress_driver.hpp>
 #include <transport/rendezvous.hpp>
 #include <transport/transport.hpp>
@@ -188,7 +188,7 @@ class PingPong {
  public:
   PingPong(const Options& o, pcoll::bootstrap::Bootstrap& boot) : o_(o), boot_(boot) {
     tp::Options topts;
-    topts.timeout = std::chrono::milliseconds(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+    topts.timeout = std::chrono::milliseconds(pcoll::SupportSettings::get_unsigned("PCOLL_TIMEOUT_MS"));
     timeout_ = topts.timeout;
     transport_ = pcoll::providers::create(o.selector, topts);
     tp::connect_all(*transport_, boot.rank(),

@@ -1,7 +1,7 @@
 // pcoll_info: what pcoll would do on this node, like fi_info / ucx_info. Prints the build's
 // features, the bootstrap the environment selects (without initialising it), the hwloc
 // topology with its NICs, the progress thread's CPU, and each transport provider's
-// capabilities or the reason it cannot be opened; with --config, the settings table instead
+// capabilities or the reason it cannot be opened; with --config, the settings catalog instead
 // (every PCOLL_* variable with the value in effect and where it came from). Human text by
 // default, --json for one JSON object.
 //
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <api/settings_catalog.hpp>
 #include <bootstrap/selection.hpp>
 #include <registry/registry.hpp>
 #include <support/error.hpp>
@@ -302,20 +303,22 @@ void print_json(const Report& r) {
   std::printf("%s\n", j.text().c_str());
 }
 
-// --config: the settings table (settings.hpp) as this process's environment sets it.
+// --config: the settings catalog (api/settings_catalog.hpp) as this process's environment sets it.
 void print_config_text() {
   namespace settings = pcoll::settings;
   std::printf("pcoll %s settings (PCOLL_* environment variables; --json for every field):\n", PCOLL_VERSION);
-  std::printf("%-28s %-11s %-8s %s\n", "name", "source", "kind", "value");
-  for (const auto& s : settings::all()) {
+  std::printf("%-28s %-11s %-8s %-11s %s\n", "name", "source", "kind", "read by", "value");
+  for (const auto& row : settings::listed(settings::catalog())) {
+    const settings::Setting& s = *row.setting;
     const auto in_effect = settings::effective(s);
     const std::string name(s.name);
-    std::printf("%-28s %-11s %-8s %s\n", name.c_str(), in_effect.from_environment ? "environment" : "default",
-                settings::kind_name(s.kind), in_effect.value.empty() ? "(unset)" : in_effect.value.c_str());
+    std::printf("%-28s %-11s %-8s %-11s %s\n", name.c_str(), in_effect.from_environment ? "environment" : "default",
+                settings::kind_name(s.kind), std::string(row.component).c_str(),
+                in_effect.value.empty() ? "(unset)" : in_effect.value.c_str());
     std::printf("    %s [%s]\n", std::string(s.doc).c_str(), settings::type_text(s).c_str());
     if (!in_effect.error.empty()) std::printf("    REFUSED: %s\n", in_effect.error.c_str());
   }
-  for (const auto& unknown : settings::unknown_variables())
+  for (const auto& unknown : settings::unknown_variables(settings::catalog()))
     std::printf("%-28s UNKNOWN (ignored; the closest known name is %s)\n", unknown.name.c_str(),
                 unknown.closest.c_str());
 }
@@ -327,11 +330,13 @@ void print_config_json() {
   j.member_raw("pcoll_info", "1");
   j.key("settings");
   j.open('[');
-  for (const auto& s : settings::all()) {
+  for (const auto& row : settings::listed(settings::catalog())) {
+    const settings::Setting& s = *row.setting;
     const auto in_effect = settings::effective(s);
     j.open('{');
     j.member("name", std::string(s.name));
     j.member("kind", settings::kind_name(s.kind));
+    j.member("component", std::string(row.component));
     j.member("accepts", settings::type_text(s));
     j.member("default", std::string(s.fallback));
     j.member("value", in_effect.value);
@@ -343,7 +348,7 @@ void print_config_json() {
   j.close(']');
   j.key("unknown");
   j.open('[');
-  for (const auto& unknown : settings::unknown_variables()) {
+  for (const auto& unknown : settings::unknown_variables(settings::catalog())) {
     j.open('{');
     j.member("name", unknown.name);
     j.member("closest", unknown.closest);

@@ -27,12 +27,15 @@
 #include <utility>
 #include <vector>
 
+#include <api/settings_catalog.hpp>
+#include <bootstrap/bootstrap_settings.hpp>
 #include <bootstrap/tcp_store.hpp>
 #include <support/env.hpp>
 #include <support/error.hpp>
 #include <support/fd.hpp>
 #include <support/settings.hpp>
 #include <support/shm_names.hpp>
+#include <support/support_settings.hpp>
 
 extern char** environ;
 
@@ -113,7 +116,7 @@ Options parse_options(int argc, char** argv) {
       o.provider = *p;
     } else if (auto t = value_of(arg, "--timeout-ms")) {
       try {
-        const auto& range = pcoll::settings::entry("PCOLL_TIMEOUT_MS");  // the value becomes PCOLL_TIMEOUT_MS
+        const auto& range = pcoll::SupportSettings::entry("PCOLL_TIMEOUT_MS");  // the value becomes PCOLL_TIMEOUT_MS
         pcoll::env::parse_u64(*t, "--timeout-ms", range.min, range.max);
       } catch (const pcoll::Error& e) {
         usage_error(e.what());
@@ -136,12 +139,12 @@ Options parse_options(int argc, char** argv) {
 // registry): the ranks check those and name them. Returns the first error, or "".
 std::string check_rank_settings() {
   namespace settings = pcoll::settings;
-  for (const settings::Setting& s : settings::all()) {
-    if (s.kind == settings::Kind::launcher) continue;
-    if (const auto e = settings::effective(s); !e.error.empty()) return e.error;
+  for (const settings::Listed& row : settings::listed(settings::catalog())) {
+    if (row.setting->kind == settings::Kind::launcher) continue;
+    if (const auto e = settings::effective(*row.setting); !e.error.empty()) return e.error;
   }
   // The ranks use pcollrun's store; another bootstrap would not find their peers.
-  const std::string bootstrap = settings::effective(settings::entry("PCOLL_BOOTSTRAP")).value;
+  const std::string bootstrap = settings::effective(pcoll::BootstrapSettings::entry("PCOLL_BOOTSTRAP")).value;
   if (bootstrap != "auto" && bootstrap != "store")
     return "PCOLL_BOOTSTRAP=" + bootstrap + " is set, but pcollrun's ranks rendezvous through pcollrun's "
            "store: unset it (or set it to store), or start the job with the launcher " + bootstrap + " needs";
@@ -287,7 +290,7 @@ class Launcher {
     config.port = 0;
     config.job_key = pcoll::bootstrap::make_job_key();
     config.size = o_.ranks;
-    config.timeout = std::chrono::milliseconds(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+    config.timeout = std::chrono::milliseconds(pcoll::SupportSettings::get_unsigned("PCOLL_TIMEOUT_MS"));
     pcoll::bootstrap::StoreServer store(config);
     const std::string root = "127.0.0.1:" + std::to_string(store.port());
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include <api/foreign_bootstrap.hpp>
+#include <api/settings_catalog.hpp>
 #include <bootstrap/bootstrap.hpp>
 #include <collectives/allreduce.hpp>
 #include <collectives/comm.hpp>
@@ -21,6 +22,7 @@
 #include <pcoll/private.h>
 #include <registry/registry.hpp>
 #include <support/error.hpp>
+#include <support/log.hpp>
 
 struct pcoll_comm {
   std::shared_ptr<pcoll::Comm> comm;
@@ -92,6 +94,10 @@ int init_with_bootstrap(std::unique_ptr<bootstrap::Bootstrap> boot, pcoll_comm_t
     require(comm != nullptr, "comm is NULL");
     *comm = nullptr;
     auto made = std::make_unique<pcoll_comm>();
+    // A typo such as PCOLL_TIMEOUT would otherwise go unnoticed; only this layer sees every
+    // component's rows.
+    log::set_rank(boot->rank());
+    settings::warn_unknown_variables(settings::catalog());
     made->comm = std::make_shared<Comm>(
         std::move(boot), [](const transport::Options& options) { return providers::create("", options); });
     *comm = made.release();

@@ -7,11 +7,12 @@
 #include <utility>
 
 #include <bootstrap/bootstrap.hpp>
+#include <bootstrap/bootstrap_settings.hpp>
 #include <bootstrap/tcp_store.hpp>
 #include <support/env.hpp>
 #include <support/error.hpp>
 #include <support/pcoll_config.h>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace pcoll::bootstrap {
 namespace {
@@ -50,9 +51,9 @@ std::vector<std::string> built_backends() {
 }
 
 Selection select_from_environment() {
-  const std::string forced = settings::get_choice("PCOLL_BOOTSTRAP");
+  const std::string forced = BootstrapSettings::get_choice("PCOLL_BOOTSTRAP");
   auto store_kind = [] {
-    return settings::raw("PCOLL_LAUNCHER").value_or("manual") == "pcollrun" ? "pcollrun" : "manual";
+    return SupportSettings::raw("PCOLL_LAUNCHER").value_or("manual") == "pcollrun" ? "pcollrun" : "manual";
   };
   if (forced == "pmix") return {"pmix", "PCOLL_BOOTSTRAP=pmix", kHavePmix};
   if (forced == "pmi2") return {"pmi2", "PCOLL_BOOTSTRAP=pmi2", kHavePmi2};
@@ -61,19 +62,19 @@ Selection select_from_environment() {
 
   // pcollrun sets PCOLL_LAUNCHER for its own children: a pcollrun started inside an srun or
   // mpirun job leaves the outer launcher's PMIX_NAMESPACE / PMI_FD in their environment.
-  if (settings::raw("PCOLL_ROOT") && store_kind() == std::string("pcollrun"))
+  if (SupportSettings::raw("PCOLL_ROOT") && store_kind() == std::string("pcollrun"))
     return {"pcollrun", "started by pcollrun", true};
   // PMI2_Init "succeeds" as a singleton without a launcher, so PMI_FD, not its return code,
   // tells whether a PMI2 server is there.
   if (env::get("PMIX_NAMESPACE")) return {"pmix", "PMIX_NAMESPACE is set (a PMIx launcher)", kHavePmix};
   if (env::get("PMI_FD")) return {"pmi2", "PMI_FD is set (a PMI2 launcher)", kHavePmi2};
-  if (settings::raw("PCOLL_ROOT")) {
+  if (SupportSettings::raw("PCOLL_ROOT")) {
     const std::string kind = store_kind();
     return {kind, kind == "pcollrun" ? "started by pcollrun" : "PCOLL_ROOT is set (manual store)", true};
   }
   // PCOLL_RANK/SIZE without PCOLL_ROOT is a half-configured manual job, not a single rank.
   const std::pair<const char*, std::optional<std::string>> manual[] = {
-      {"PCOLL_RANK", settings::raw("PCOLL_RANK")}, {"PCOLL_SIZE", settings::raw("PCOLL_SIZE")}};
+      {"PCOLL_RANK", SupportSettings::raw("PCOLL_RANK")}, {"PCOLL_SIZE", SupportSettings::raw("PCOLL_SIZE")}};
   for (const auto& [name, value] : manual) {
     if (value && !(std::string(name) == "PCOLL_SIZE" && *value == "1"))
       invalid_argument(std::string(name) + "=" + *value +

@@ -10,7 +10,7 @@
 #include <bootstrap/tcp_store.hpp>
 #include <support/error.hpp>
 #include <support/log.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace pcoll::bootstrap {
 namespace {
@@ -60,25 +60,25 @@ class StoreBootstrap final : public Bootstrap {
 }  // namespace
 
 std::unique_ptr<Bootstrap> make_store() {
-  const auto need = [](settings::Name<> name) {
-    auto value = settings::raw(name);
+  const auto need = [](SupportSettings::Any name) {
+    auto value = SupportSettings::raw(name);
     if (!value)
       invalid_argument(std::string(name.setting().name) +
                        " is not set; the store bootstrap needs PCOLL_RANK, PCOLL_SIZE, "
                        "PCOLL_ROOT=host:port and PCOLL_JOB_KEY (or run under pcollrun)");
     return *value;
   };
-  const int size = static_cast<int>(settings::parse_unsigned("PCOLL_SIZE", need("PCOLL_SIZE")));
+  const int size = static_cast<int>(SupportSettings::parse_unsigned("PCOLL_SIZE", need("PCOLL_SIZE")));
   const std::string rank_text = need("PCOLL_RANK");
-  const uint64_t rank = settings::parse_unsigned("PCOLL_RANK", rank_text);
+  const uint64_t rank = SupportSettings::parse_unsigned("PCOLL_RANK", rank_text);
   if (rank >= static_cast<uint64_t>(size))
     invalid_argument("PCOLL_RANK=" + rank_text + " must be below PCOLL_SIZE=" + std::to_string(size));
   const StoreAddress root = parse_store_address(need("PCOLL_ROOT"), "PCOLL_ROOT");
   const std::string key = need("PCOLL_JOB_KEY");
   if (key.size() > wire::kMaxKeyBytes)
     invalid_argument("PCOLL_JOB_KEY is longer than " + std::to_string(wire::kMaxKeyBytes) + " bytes");
-  const bool manual = settings::get_choice("PCOLL_LAUNCHER") == "manual";
-  const std::chrono::milliseconds timeout(settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+  const bool manual = SupportSettings::get_choice("PCOLL_LAUNCHER") == "manual";
+  const std::chrono::milliseconds timeout(SupportSettings::get_unsigned("PCOLL_TIMEOUT_MS"));
   log::set_rank(static_cast<int>(rank));
 
   std::unique_ptr<StoreServer> server;

@@ -8,9 +8,10 @@
 #include <thread>
 
 #include <collectives/allreduce.hpp>
+#include <collectives/collectives_settings.hpp>
 #include <support/error.hpp>
 #include <support/log.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 #include <support/topology.hpp>
 #include <transport/rendezvous.hpp>
 
@@ -36,6 +37,7 @@ unsigned notification_bits(const std::string& wanted, const transport::Capabilit
 // What setup learns on the way, from one step to the next.
 struct Comm::Setup {
   std::string notify_bits;                  // PCOLL_NOTIFY_BITS as given
+  std::string yield;                        // PCOLL_YIELD as given
   topology::ProgressPlacement placement;    // where the progress thread goes
   transport::Options options;
 };
@@ -74,12 +76,12 @@ void Comm::read_settings(Setup& setup) {
   bootstrap_name_ = boot_->name();
   log::set_rank(rank_);
   detector_ = std::make_unique<FailureDetector>(rank_, size_, static_cast<PeerNotices&>(*this), Clock::now());
-  settings::warn_unknown_variables();  // a typo such as PCOLL_TIMEOUT would otherwise go unnoticed
-  setup.notify_bits = settings::get_choice("PCOLL_NOTIFY_BITS");
-  spin_budget_ = std::chrono::microseconds(settings::get_unsigned("PCOLL_SPIN_US"));
+  setup.notify_bits = CollectivesSettings::get_choice("PCOLL_NOTIFY_BITS");
+  setup.yield = CollectivesSettings::get_choice("PCOLL_YIELD");
+  spin_budget_ = std::chrono::microseconds(CollectivesSettings::get_unsigned("PCOLL_SPIN_US"));
   // PCOLL_PROGRESS_CPU: a CPU number, "none", or "auto" (hwloc: lib/support/topology.cpp).
   setup.placement = topology::progress_cpu();
-  timeout_ = std::chrono::milliseconds(settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+  timeout_ = std::chrono::milliseconds(SupportSettings::get_unsigned("PCOLL_TIMEOUT_MS"));
   // A blocking transport operation (a notify into a full queue, an atomic) gives up after
   // half the liveness timeout: a rank stuck sending to a dead peer then names that peer
   // before its own peers, pinging it meanwhile in vain (its engine is inside the call),
@@ -141,7 +143,7 @@ void Comm::connect_ranks(Setup& setup) {
   // PCOLL_YIELD: a spinning waiter gives its CPU away between polls when the node runs more
   // ranks than it has CPUs (auto), always, or never. Without it, an oversubscribed waiter
   // spins through the time slice that the rank it waits for needs.
-  const std::string yield = settings::get_choice("PCOLL_YIELD");
+  const std::string& yield = setup.yield;
   const int cpus = topology::node_cpus();
   yield_ = yield == "always" || (yield == "auto" && local_ranks > cpus);
   log::debug("waiters " + std::string(yield_ ? "yield" : "do not yield") + ": " + std::to_string(local_ranks) +

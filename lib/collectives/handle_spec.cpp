@@ -9,11 +9,12 @@
 #include <unistd.h>
 
 #include <collectives/agreement.hpp>
+#include <collectives/collectives_settings.hpp>
 #include <collectives/comm.hpp>
 #include <collectives/enum_names.hpp>
 #include <collectives/mode_table.hpp>
 #include <support/error.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace pcoll {
 namespace {
@@ -28,20 +29,20 @@ constexpr size_t kDescriptionBytes = sizeof(int32_t) + sizeof(Signature);
 // The settings a handle depends on, read from the environment; a bad one is a problem.
 void read_settings(HandleSpec& spec, const std::function<void(bool, const std::string&)>& check) {
   try {
-    if (spec.opts.timeout_ms == 0) spec.opts.timeout_ms = static_cast<uint32_t>(settings::get_unsigned("PCOLL_TIMEOUT_MS"));
-    spec.chunk_bytes = settings::get_unsigned("PCOLL_CHUNK_BYTES");
-    spec.pool_bytes = settings::get_unsigned("PCOLL_POOL_BYTES");
+    if (spec.opts.timeout_ms == 0) spec.opts.timeout_ms = static_cast<uint32_t>(SupportSettings::get_unsigned("PCOLL_TIMEOUT_MS"));
+    spec.chunk_bytes = CollectivesSettings::get_unsigned("PCOLL_CHUNK_BYTES");
+    spec.pool_bytes = CollectivesSettings::get_unsigned("PCOLL_POOL_BYTES");
     if (spec.pool_bytes < 2 * spec.chunk_bytes)
       invalid_argument("PCOLL_POOL_BYTES=" + std::to_string(spec.pool_bytes) + " holds less than two chunks of "
                        "PCOLL_CHUNK_BYTES=" + std::to_string(spec.chunk_bytes) + "; raise it or lower PCOLL_CHUNK_BYTES");
-    spec.rd_max_bytes = settings::get_unsigned("PCOLL_RD_MAX_BYTES");
-    if (const auto dir = settings::get_text("PCOLL_TRACE")) {
+    spec.rd_max_bytes = CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES");
+    if (const auto dir = CollectivesSettings::get_text("PCOLL_TRACE")) {
       std::error_code error;
       if (!std::filesystem::is_directory(*dir, error) || ::access(dir->c_str(), W_OK) != 0)
         invalid_argument("PCOLL_TRACE=" + *dir + " is not a directory this process can write to; "
                          "create it or unset PCOLL_TRACE");
       spec.trace_dir = *dir;
-      spec.trace_clock_skew_ns = static_cast<int64_t>(settings::get_unsigned("PCOLL_TEST_CLOCK_SKEW_MS")) * 1000000;
+      spec.trace_clock_skew_ns = static_cast<int64_t>(CollectivesSettings::get_unsigned("PCOLL_TEST_CLOCK_SKEW_MS")) * 1000000;
     }
   } catch (const Error& e) {
     check(false, e.what());

@@ -8,7 +8,7 @@
 #include <optional>
 #include <sstream>
 
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace pcoll::host_memory {
 namespace {
@@ -58,8 +58,8 @@ std::optional<uint64_t> cgroup_headroom() {
 }  // namespace
 
 Available available() {
-  if (const auto injected = settings::raw("PCOLL_TEST_HOST_MEMORY_BYTES"))
-    return {settings::parse_unsigned("PCOLL_TEST_HOST_MEMORY_BYTES", *injected), "PCOLL_TEST_HOST_MEMORY_BYTES"};
+  if (const auto injected = SupportSettings::raw("PCOLL_TEST_HOST_MEMORY_BYTES"))
+    return {SupportSettings::parse_unsigned("PCOLL_TEST_HOST_MEMORY_BYTES", *injected), "PCOLL_TEST_HOST_MEMORY_BYTES"};
   Available best{std::numeric_limits<uint64_t>::max(), "no memory figure on this host"};
   if (const auto bytes = meminfo_available()) best = {*bytes, "MemAvailable in /proc/meminfo"};
   if (const auto bytes = cgroup_headroom(); bytes && *bytes < best.bytes)

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace pcoll::log {
 namespace {
@@ -18,7 +18,7 @@ std::atomic<int> g_rank{kNoRank};
 thread_local int t_rank = kNoRank;
 
 Level read_threshold() {
-  const std::string value = settings::get_choice("PCOLL_LOG");
+  const std::string value = SupportSettings::get_choice("PCOLL_LOG");
   if (value == "error") return Level::error;
   if (value == "info") return Level::info;
   if (value == "debug") return Level::debug;

@@ -1,8 +1,9 @@
-// Reading the settings table (settings.hpp): values checked against their declared type,
-// defaults taken from the table, and the check for PCOLL_* names the table does not know.
+// Reading settings (settings.hpp): values checked against their declared type, defaults
+// taken from their rows, and the check for PCOLL_* names the catalog does not know.
 #include <support/settings.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 
@@ -16,30 +17,6 @@ namespace pcoll::settings {
 namespace {
 
 constexpr std::string_view kPrefix = "PCOLL_";
-
-// The table is data that every reader trusts: check it where it is compiled.
-consteval bool table_is_consistent() {
-  for (size_t i = 0; i < kTable.size(); ++i) {
-    const Setting& s = kTable[i];
-    if (!s.name.starts_with(kPrefix) || s.doc.empty()) return false;
-    if ((s.kind == Kind::test) != s.name.starts_with("PCOLL_TEST_")) return false;
-    for (size_t j = 0; j < i; ++j)
-      if (kTable[j].name == s.name) return false;
-    const bool has_range = s.type == Type::unsigned_int || s.type == Type::choice_or_unsigned;
-    const bool has_choices = s.type == Type::choice || s.type == Type::choice_or_unsigned;
-    if (has_range != (s.min <= s.max && s.max != 0)) return false;
-    if (has_choices == s.choices.empty()) return false;
-    if (s.fallback.empty()) continue;
-    const bool listed = std::find(s.choices.begin(), s.choices.end(), s.fallback) != s.choices.end();
-    if (s.type == Type::choice && !listed) return false;
-    if (s.type == Type::unsigned_int) {
-      const uint64_t value = detail::parse_constant(s.fallback);
-      if (value < s.min || value > s.max) return false;
-    }
-  }
-  return true;
-}
-static_assert(table_is_consistent(), "settings.hpp: a name, kind, range, choice list or default is inconsistent");
 
 std::string joined(std::span<const std::string_view> words, const char* separator) {
   std::string out;
@@ -102,39 +79,43 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-std::optional<std::string> raw(Name<> name) { return environment_text(name.setting()); }
+std::optional<std::string> raw(const Setting& s) { return environment_text(s); }
 
-uint64_t get_unsigned(Name<Type::unsigned_int> name) {
-  const Setting& s = name.setting();
-  if (const auto value = environment_text(s)) return parse_unsigned(name, *value);
+uint64_t get_unsigned(const Setting& s) {
+  if (const auto value = environment_text(s)) return parse_unsigned(s, *value);
   if (s.fallback.empty()) invalid_argument(std::string(s.name) + " is not set (" + std::string(s.doc) + ")");
-  return parse_unsigned(name, std::string(s.fallback));
+  return parse_unsigned(s, std::string(s.fallback));
 }
 
-uint64_t parse_unsigned(Name<Type::unsigned_int> name, const std::string& text) {
-  const Setting& s = name.setting();
+uint64_t parse_unsigned(const Setting& s, const std::string& text) {
   return env::parse_u64(text, std::string(s.name), s.min, s.max);
 }
 
-std::string get_choice(Name<Type::choice, Type::choice_or_unsigned> name) {
-  const Setting& s = name.setting();
+std::string get_choice(const Setting& s) {
   const auto value = environment_text(s);
   return value ? checked(s, *value) : std::string(s.fallback);
 }
 
-std::optional<std::string> get_text(Name<Type::text> name) {
-  const Setting& s = name.setting();
+std::optional<std::string> get_text(const Setting& s) {
   if (auto value = environment_text(s)) return value;
   if (s.fallback.empty()) return std::nullopt;
   return std::string(s.fallback);
 }
 
-std::span<const Setting> all() { return kTable; }
-
-const Setting* find(std::string_view name) {
-  for (const Setting& s : kTable)
-    if (s.name == name) return &s;
+const Setting* find(std::span<const Component> catalog, std::string_view name) {
+  for (const Component& component : catalog)
+    for (const Setting& s : component.rows)
+      if (s.name == name) return &s;
   return nullptr;
+}
+
+std::vector<Listed> listed(std::span<const Component> catalog) {
+  std::vector<Listed> out;
+  for (const Kind kind : {Kind::user, Kind::launcher, Kind::test})
+    for (const Component& component : catalog)
+      for (const Setting& s : component.rows)
+        if (s.kind == kind) out.push_back({component.name, &s});
+  return out;
 }
 
 const char* kind_name(Kind kind) {
@@ -167,27 +148,26 @@ Effective effective(const Setting& s) {
   }
 }
 
-std::vector<Unknown> unknown_variables() {
+std::vector<Unknown> unknown_variables(std::span<const Component> catalog) {
   std::vector<Unknown> out;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
     const std::string_view name = text.substr(0, text.find('='));
-    if (!name.starts_with(kPrefix) || find(name) != nullptr) continue;
-    const Setting* closest = &kTable.front();
-    size_t best = edit_distance(name, closest->name);
-    for (const Setting& s : kTable) {
-      const size_t d = edit_distance(name, s.name);
-      if (d < best) best = d, closest = &s;
-    }
-    out.push_back({std::string(name), std::string(closest->name), best});
+    if (!name.starts_with(kPrefix) || find(catalog, name) != nullptr) continue;
+    std::string_view closest;
+    size_t best = SIZE_MAX;
+    for (const Component& component : catalog)
+      for (const Setting& s : component.rows)
+        if (const size_t d = edit_distance(name, s.name); d < best) best = d, closest = s.name;
+    out.push_back({std::string(name), std::string(closest), best});
   }
   return out;
 }
 
-void warn_unknown_variables() {
+void warn_unknown_variables(std::span<const Component> catalog) {
   static std::once_flag once;
-  std::call_once(once, [] {
-    for (const auto& unknown : unknown_variables()) {
+  std::call_once(once, [catalog] {
+    for (const auto& unknown : unknown_variables(catalog)) {
       // A few edits away is a typo; further away, the name is still worth showing.
       const std::string hint = unknown.distance <= 3 ? "did you mean " + unknown.closest + "?"
                                                      : "the closest known name is " + unknown.closest;

@@ -17,7 +17,7 @@
 #include <support/env.hpp>
 #include <support/error.hpp>
 #include <support/log.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace pcoll::topology {
 namespace {
@@ -131,8 +131,8 @@ bool is_nic(hwloc_obj_t os) {
 
 // Local rank from whichever launcher started us; -1 when none says.
 int local_rank() {
-  if (settings::raw("PCOLL_LAUNCHER").value_or("") == "pcollrun") {
-    if (const auto r = settings::raw("PCOLL_RANK")) return std::atoi(r->c_str());
+  if (SupportSettings::raw("PCOLL_LAUNCHER").value_or("") == "pcollrun") {
+    if (const auto r = SupportSettings::raw("PCOLL_RANK")) return std::atoi(r->c_str());
   }
   for (const char* name : {"SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                            "PMI_LOCAL_RANK", "PMIX_LOCAL_RANK"}) {
@@ -166,7 +166,7 @@ std::string closest_osdev(hwloc_obj_osdev_type_t type) {
 
 size_t choose_nic(std::span<const NicCandidate> candidates, const std::string& provider_label) {
   if (candidates.empty()) return 0;
-  if (const auto wanted = settings::get_text("PCOLL_NIC")) {
+  if (const auto wanted = SupportSettings::get_text("PCOLL_NIC")) {
     for (size_t i = 0; i < candidates.size(); ++i)
       if (candidates[i].name == *wanted) return i;
     for (size_t i = 0; i < candidates.size(); ++i)
@@ -195,14 +195,14 @@ size_t choose_nic(std::span<const NicCandidate> candidates, const std::string& p
 
 std::string ucx_net_devices(const std::string& variant) {
   if (variant == "shm") return "";
-  if (const auto wanted = settings::get_text("PCOLL_NIC")) return *wanted;
+  if (const auto wanted = SupportSettings::get_text("PCOLL_NIC")) return *wanted;
   if (variant == "tcp") return closest_osdev(HWLOC_OBJ_OSDEV_NETWORK);
   const std::string rdma = closest_osdev(HWLOC_OBJ_OSDEV_OPENFABRICS);
   return rdma.empty() ? "" : rdma + ":1";
 }
 
 ProgressPlacement progress_cpu() {
-  const std::string value = settings::get_choice("PCOLL_PROGRESS_CPU");  // auto, none or a CPU number
+  const std::string value = SupportSettings::get_choice("PCOLL_PROGRESS_CPU");  // auto, none or a CPU number
   if (value == "none") return {-1, "unpinned (PCOLL_PROGRESS_CPU=none)"};
   if (value != "auto") return {std::stoi(value), "CPU " + value + " (PCOLL_PROGRESS_CPU)"};
   const Snapshot& snap = snapshot();

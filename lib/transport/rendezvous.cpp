@@ -10,7 +10,7 @@
 #include <utility>
 
 #include <support/error.hpp>
-#include <support/settings.hpp>
+#include <transport/transport_settings.hpp>
 
 namespace pcoll::transport {
 namespace {
@@ -32,7 +32,7 @@ std::string kernel_id() {
 // PCOLL_TEST_HOST_NAMES ("a,a,b,b"): the host name rank r pretends to run on, so that tests
 // on one machine can route peers as if they lived on several.
 std::string test_host_name(int rank) {
-  const auto names = settings::raw("PCOLL_TEST_HOST_NAMES");
+  const auto names = TransportSettings::raw("PCOLL_TEST_HOST_NAMES");
   if (!names) return {};
   size_t begin = 0;
   for (int r = 0;; ++r) {

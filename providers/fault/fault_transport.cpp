@@ -10,8 +10,8 @@
 #include <thread>
 
 #include <fault/fault_provider.hpp>
+#include <fault/fault_settings.hpp>
 #include <support/log.hpp>
-#include <support/settings.hpp>
 
 namespace pcoll::transport::fault {
 namespace {
@@ -380,7 +380,7 @@ bool FaultTransport::wait(microseconds timeout, WaitFor what) {
 // --- The registry's way in ---------------------------------------------------------------
 
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const Options& options) {
-  auto rules = parse_spec(settings::get_text("PCOLL_FAULT").value_or(""));
+  auto rules = parse_spec(FaultSettings::get_text("PCOLL_FAULT").value_or(""));
   return std::make_unique<FaultTransport>(std::move(inner), std::move(rules), options);
 }
 

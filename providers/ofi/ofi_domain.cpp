@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include <ofi/ofi_requirements.hpp>
+#include <ofi/ofi_settings.hpp>
 #include <ofi/ofi_transport.hpp>
 #include <support/log.hpp>
-#include <support/settings.hpp>
 
 namespace pcoll::transport::ofi {
 
@@ -21,8 +21,8 @@ OfiTransport::OfiTransport(ProviderInfo provider, const Options& options)
   inject_bytes_ = info->tx_attr->inject_size;
   cq_data_bytes_ = std::min<size_t>(8, info->domain_attr->cq_data_size);
   // Tests lower it to what verbs and EFA report, so the 32-bit notification path runs here.
-  if (const auto lowered = settings::raw("PCOLL_TEST_OFI_CQ_DATA_SIZE")) {
-    const auto bytes = settings::parse_unsigned("PCOLL_TEST_OFI_CQ_DATA_SIZE", *lowered);
+  if (const auto lowered = OfiSettings::raw("PCOLL_TEST_OFI_CQ_DATA_SIZE")) {
+    const auto bytes = OfiSettings::parse_unsigned("PCOLL_TEST_OFI_CQ_DATA_SIZE", *lowered);
     if (bytes != 4 && bytes != 8)
       invalid_argument("PCOLL_TEST_OFI_CQ_DATA_SIZE=" + *lowered + " is neither 4 nor 8");
     cq_data_bytes_ = std::min<size_t>(cq_data_bytes_, bytes);

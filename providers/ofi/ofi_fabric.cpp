@@ -16,9 +16,9 @@
 #include <vector>
 
 #include <ofi/ofi_requirements.hpp>
+#include <ofi/ofi_settings.hpp>
 #include <ofi/ofi_transport.hpp>
 #include <support/log.hpp>
-#include <support/settings.hpp>
 #include <support/shm_names.hpp>
 #include <support/topology.hpp>
 
@@ -208,7 +208,7 @@ std::string diagnose(const std::string& prov_name) {
 }
 
 bool test_without_atomics() {
-  return settings::get_unsigned("PCOLL_TEST_OFI_WITHOUT_ATOMICS") != 0;
+  return OfiSettings::get_unsigned("PCOLL_TEST_OFI_WITHOUT_ATOMICS") != 0;
 }
 
 // Takes FI_ATOMIC out of an entry, so that the endpoint is opened without it.

@@ -6,13 +6,14 @@
 #include <vector>
 
 #include <fault/fault_provider.hpp>
+#include <fault/fault_settings.hpp>
 #include <inproc/inproc_provider.hpp>
 #include <ofi/ofi_provider.hpp>
+#include <registry/registry_settings.hpp>
 #include <routed/routed_provider.hpp>
 #include <support/error.hpp>
 #include <support/log.hpp>
 #include <support/pcoll_config.h>
-#include <support/settings.hpp>
 #include <util/host_nics.hpp>
 #if PCOLL_HAVE_UCX
 #include <ucx/ucx_provider.hpp>
@@ -52,8 +53,8 @@ std::string selector_list() {
   return list;
 }
 
-// PCOLL_PROVIDER, or its default (settings.hpp says why ucx:shm).
-std::string default_selector() { return settings::get_text("PCOLL_PROVIDER").value(); }
+// PCOLL_PROVIDER, or its default (registry_settings.hpp says why ucx:shm).
+std::string default_selector() { return RegistrySettings::get_text("PCOLL_PROVIDER").value(); }
 
 namespace {
 
@@ -75,7 +76,7 @@ std::unique_ptr<transport::Transport> create_network(const transport::ProviderDe
   const std::string selector = family + (variant.empty() ? "" : ":" + variant);
   const std::string local_selector = family + ":" + local_variant;
   // Layout unknown (a tool connecting ranks itself), or every peer through the network.
-  if (layout.hosts <= 0 || settings::get_choice("PCOLL_LOCAL_PATH") == "network")
+  if (layout.hosts <= 0 || RegistrySettings::get_choice("PCOLL_LOCAL_PATH") == "network")
     return provider.create(variant, options);
   if (layout.hosts == 1) {
     log::info(selector + ": every rank runs on this host: " + local_selector +
@@ -159,7 +160,7 @@ std::unique_ptr<transport::Transport> create_default(const transport::Options& o
                                 ". Set PCOLL_PROVIDER to choose.");
   }
   // The table's default, not PCOLL_PROVIDER: "fault+" alone comes here for what it wraps.
-  const std::string selector(settings::entry("PCOLL_PROVIDER").fallback);
+  const std::string selector(RegistrySettings::entry("PCOLL_PROVIDER").fallback);
   if (selector == "ofi:shm") return create_plain(selector, options);
   try {
     return create_plain(selector, options);
@@ -183,13 +184,13 @@ const transport::ProviderDescriptor* layered_prefix(const std::string& selector)
 std::unique_ptr<transport::Transport> create(const std::string& selector_in,
                                              const transport::Options& options) {
   // A bad value is refused even where this selector would not consult it.
-  (void)settings::get_choice("PCOLL_LOCAL_PATH");
+  (void)RegistrySettings::get_choice("PCOLL_LOCAL_PATH");
   transport::check_nic_setting();
-  const bool defaulted = selector_in.empty() && !settings::raw("PCOLL_PROVIDER");
+  const bool defaulted = selector_in.empty() && !RegistrySettings::raw("PCOLL_PROVIDER");
   const std::string selector = selector_in.empty() ? default_selector() : selector_in;
   const auto* layer = layered_prefix(selector);
   // Faults asked for but nobody to inject them: a fault test would pass for nothing.
-  if (layer == nullptr && settings::raw("PCOLL_FAULT"))
+  if (layer == nullptr && FaultSettings::raw("PCOLL_FAULT"))
     invalid_argument("PCOLL_FAULT is set but the provider is '" + selector +
                      "': only the fault-injection transport injects faults (PCOLL_PROVIDER=fault+" +
                      selector + ")");

@@ -9,8 +9,8 @@
 
 #include <support/env.hpp>
 #include <support/log.hpp>
-#include <support/settings.hpp>
 #include <support/topology.hpp>
+#include <ucx/ucx_settings.hpp>
 #include <ucx/ucx_transport.hpp>
 
 namespace pcoll::transport::ucx {
@@ -98,8 +98,8 @@ void UcxCore::create_context() {
   // tcp gives UCP no remote memory access: a put would be UCP's own software protocol
   // (ucx_rma.cpp says why write_notify avoids it).
   software_rma = variant == "tcp";
-  if (const auto rank = settings::raw("PCOLL_TEST_UCX_UNMAPPED_RANK"))
-    unmapped_rank = static_cast<int>(settings::parse_unsigned("PCOLL_TEST_UCX_UNMAPPED_RANK", *rank));
+  if (const auto rank = UcxSettings::raw("PCOLL_TEST_UCX_UNMAPPED_RANK"))
+    unmapped_rank = static_cast<int>(UcxSettings::parse_unsigned("PCOLL_TEST_UCX_UNMAPPED_RANK", *rank));
   // The NIC closest to this process (hwloc) or PCOLL_NIC, unless the user set UCX_NET_DEVICES.
   const std::string nic = std::getenv("UCX_NET_DEVICES") ? "" : topology::ucx_net_devices(variant);
   if (!nic.empty()) modify(config.get(), "NET_DEVICES", nic.c_str());

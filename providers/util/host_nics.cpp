@@ -6,7 +6,7 @@
 #include <system_error>
 
 #include <support/error.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace pcoll::transport {
 namespace {
@@ -32,7 +32,7 @@ std::vector<std::string> host_nics() {
 }
 
 void check_nic_setting() {
-  const auto wanted = settings::get_text("PCOLL_NIC");
+  const auto wanted = SupportSettings::get_text("PCOLL_NIC");
   if (!wanted) return;
   const std::vector<std::string> names = host_nics();
   for (const std::string& name : names)

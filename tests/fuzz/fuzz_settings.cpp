@@ -1,5 +1,5 @@
 // libFuzzer target: the settings parsers (lib/support/include/support/settings.hpp) on arbitrary text. The
-// text becomes the value of every PCOLL_* variable of the table and each is read as its
+// text becomes the value of every PCOLL_* variable of the catalog and each is read as its
 // reader would (effective(), get_choice, parse_unsigned); a value is either accepted within
 // the setting's range or choices, or refused with Error(invalid_argument).
 #include <algorithm>
@@ -10,7 +10,10 @@
 
 #include <support/env.hpp>
 #include <support/error.hpp>
+#include <api/settings_catalog.hpp>
+#include <collectives/collectives_settings.hpp>
 #include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 using namespace pcoll;
 
@@ -49,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
   text.resize(std::min(text.size(), text.find('\0')));
 
-  for (const settings::Setting& s : settings::all()) {
+  for (const settings::Listed& row : settings::listed(settings::catalog())) {
+    const settings::Setting& s = *row.setting;
     const std::string name(s.name);
     setenv(name.c_str(), text.c_str(), 1);
     const settings::Effective e = settings::effective(s);
@@ -59,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   try {
-    check_accepted(settings::entry("PCOLL_TIMEOUT_MS"), std::to_string(settings::parse_unsigned("PCOLL_TIMEOUT_MS", text)));
+    check_accepted(SupportSettings::entry("PCOLL_TIMEOUT_MS"), std::to_string(SupportSettings::parse_unsigned("PCOLL_TIMEOUT_MS", text)));
   } catch (const Error& e) {
     check(e.code() == Errc::invalid_argument);
   }
@@ -72,8 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The choice readers, through the environment as the library reads them.
   setenv("PCOLL_YIELD", text.c_str(), 1);
   setenv("PCOLL_PROGRESS_CPU", text.c_str(), 1);
-  for (const auto reader : {+[] { return settings::get_choice("PCOLL_YIELD"); },
-                            +[] { return settings::get_choice("PCOLL_PROGRESS_CPU"); }}) {
+  for (const auto reader : {+[] { return CollectivesSettings::get_choice("PCOLL_YIELD"); },
+                            +[] { return SupportSettings::get_choice("PCOLL_PROGRESS_CPU"); }}) {
     try {
       (void)reader();
     } catch (const Error& e) {

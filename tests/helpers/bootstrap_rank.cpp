@@ -24,9 +24,10 @@
 #include <thread>
 #include <vector>
 
+#include <api/settings_catalog.hpp>
 #include <bootstrap/bootstrap.hpp>
 #include <support/error.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace {
 
@@ -50,10 +51,10 @@ Blob make_blob(int rank, int round) {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-int env_rank() { return std::atoi(pcoll::settings::raw("PCOLL_RANK").value_or("0").c_str()); }
+int env_rank() { return std::atoi(pcoll::SupportSettings::raw("PCOLL_RANK").value_or("0").c_str()); }
 
 int gather(int rounds) {
-  if (const auto absent = pcoll::settings::raw("PCOLL_TEST_ABSENT_RANK"); absent && std::atoi(absent->c_str()) == env_rank()) {
+  if (const auto absent = pcoll::TestSettings::raw("PCOLL_TEST_ABSENT_RANK"); absent && std::atoi(absent->c_str()) == env_rank()) {
     sleep_ms(20000);  // never joins; pcollrun or the test kills it first
     return 0;
   }

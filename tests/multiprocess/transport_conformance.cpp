@@ -27,13 +27,17 @@
 
 #include <unistd.h>
 
+#include <api/settings_catalog.hpp>
 #include <bootstrap/bootstrap.hpp>
 #include <registry/registry.hpp>
 #include <support/error.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 #include <transport/progress_driver.hpp>
 #include <transport/rendezvous.hpp>
 #include <transport/transport.hpp>
+#if PCOLL_HAVE_UCX
+#include <ucx/ucx_settings.hpp>
+#endif
 
 using namespace std::chrono_literals;
 using pcoll::Errc;
@@ -151,7 +155,7 @@ uint64_t notify_mask() {
 bool has_atomics() { return tp().capabilities().remote_atomics; }
 
 size_t atomics_per_rank() {
-  return pcoll::settings::get_unsigned("PCOLL_TEST_ATOMICS");
+  return pcoll::TestSettings::get_unsigned("PCOLL_TEST_ATOMICS");
 }
 
 uint64_t read_word(const LocalRegion& region, size_t offset) {
@@ -267,8 +271,10 @@ TEST_CASE("ucx notifications take the mailbox exactly to the peers whose memory 
   gethostname(host, sizeof host - 1);
   const auto hosts = world->boot->allgather(std::as_bytes(std::span(host, std::strlen(host))));
   int unmapped = -1;
-  if (const auto rank = pcoll::settings::raw("PCOLL_TEST_UCX_UNMAPPED_RANK"))
-    unmapped = static_cast<int>(pcoll::settings::parse_unsigned("PCOLL_TEST_UCX_UNMAPPED_RANK", *rank));
+#if PCOLL_HAVE_UCX
+  if (const auto rank = pcoll::UcxSettings::raw("PCOLL_TEST_UCX_UNMAPPED_RANK"))
+    unmapped = static_cast<int>(pcoll::UcxSettings::parse_unsigned("PCOLL_TEST_UCX_UNMAPPED_RANK", *rank));
+#endif
   auto src = tp().allocate(64);
   auto dst = tp().allocate(64 * static_cast<size_t>(world->size));
   const auto remote = exchange(*dst);
@@ -682,7 +688,7 @@ int main(int argc, char** argv) {
     w.rank = w.boot->rank();
     w.size = w.boot->size();
     pcoll::transport::Options options;
-    options.timeout = std::chrono::milliseconds(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+    options.timeout = std::chrono::milliseconds(pcoll::SupportSettings::get_unsigned("PCOLL_TIMEOUT_MS"));
     // The layout, as a communicator gathers it: on emulated hosts (PCOLL_TEST_HOST_NAMES)
     // the registry routes the network selectors, so the routed transport is the one tested.
     w.layout = pcoll::transport::gather_layout(

@@ -19,7 +19,7 @@
 #include <bootstrap/inproc_store.hpp>
 #include <pcoll/private.h>
 #include <support/error.hpp>
-#include <support/settings.hpp>
+#include <support/support_settings.hpp>
 
 namespace thread_ranks {
 namespace {
@@ -100,7 +100,7 @@ void use_inproc_provider() {
 }
 
 void run(int size, const std::function<void(pcoll_comm_t* comm)>& body) {
-  const std::chrono::milliseconds timeout(pcoll::settings::get_unsigned("PCOLL_TIMEOUT_MS"));
+  const std::chrono::milliseconds timeout(pcoll::SupportSettings::get_unsigned("PCOLL_TIMEOUT_MS"));
   const auto store = std::make_shared<pcoll::bootstrap::InprocStore>(size, timeout);
   std::vector<std::thread> ranks;
   ranks.reserve(static_cast<size_t>(size));

@@ -1,6 +1,6 @@
 // Reading the environment variables of other software (UCX_*, PMIX_*, SLURM_*, ...) and
 // parsing decimal numbers with errors that name their source. pcoll's own PCOLL_* variables
-// are read through the settings table (settings.hpp), never here.
+// are read through their component's settings rows (settings.hpp), never here.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 namespace pcoll::env {
 
 // Raw value, or nullopt when unset. An empty value counts as unset. A PCOLL_* name is an
-// internal error: those have a default and a range in settings.hpp.
+// internal error: those have a default and a range in their rows (settings.hpp).
 std::optional<std::string> get(const char* name);
 
 // Parses a decimal unsigned integer in [min, max]; `what` names the source in errors.

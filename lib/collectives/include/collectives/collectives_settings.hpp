@@ -1,0 +1,55 @@
+// The settings the collectives read: the communicator's waiting and notification width, and
+// a handle's chunk, pool, plan threshold and trace (settings.hpp says how rows are read).
+// Each is read once, into CommConfig when a communicator is made (comm.hpp) and into the
+// HandleSpec when a handle is (handle_spec.hpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include <support/settings.hpp>
+
+namespace pcoll {
+namespace settings {
+
+inline constexpr std::string_view kYieldChoices[] = {"auto", "always", "never"};
+inline constexpr std::string_view kNotifyBitsChoices[] = {"auto", "32", "64"};
+
+inline constexpr auto kCollectivesRows = std::to_array<Setting>({
+    {.name = "PCOLL_SPIN_US", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "50",
+     .min = 0, .max = 1000000,
+     .doc = "how long a waiting caller keeps driving progress itself after the engine last moved, "
+            "before sleeping"},
+    {.name = "PCOLL_YIELD", .kind = Kind::user, .type = Type::choice, .fallback = "auto", .choices = kYieldChoices,
+     .doc = "whether a spinning waiter yields its CPU between polls: auto (when the node runs more "
+            "ranks than CPUs), always, never"},
+    {.name = "PCOLL_CHUNK_BYTES", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "262144",
+     .min = 4096, .max = uint64_t{1} << 30,
+     .doc = "pipelining chunk of large reductions"},
+    {.name = "PCOLL_POOL_BYTES", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "8388608",
+     .min = 8192, .max = uint64_t{1} << 40,
+     .doc = "landing pool of a handle per incoming exchange (a peer whose data this rank reduces): "
+            "at least two chunks of PCOLL_CHUNK_BYTES; a smaller vector takes only what two rounds need"},
+    {.name = "PCOLL_NOTIFY_BITS", .kind = Kind::user, .type = Type::choice, .fallback = "auto",
+     .choices = kNotifyBitsChoices,
+     .doc = "notification width: auto (64 where the provider carries them, else 32), 32 (the layout "
+            "of NICs with 4-byte remote CQ data, on any provider) or 64"},
+    {.name = "PCOLL_TRACE", .kind = Kind::user, .type = Type::text, .fallback = "",
+     .doc = "directory where every rank writes a Chrome trace of each handle's rounds "
+            "(docs/observability.md); unset: no trace"},
+    // The largest vector kept on recursive doubling: at P=4 on ucx:shm Rabenseifner's
+    // smaller copies and reductions win from 64 KiB (docs/performance.md).
+    {.name = "PCOLL_RD_MAX_BYTES", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "32768",
+     .min = 0, .max = uint64_t{1} << 40,
+     .doc = "recursive doubling up to this many bytes of the vector (accumulation type), "
+            "Rabenseifner above"},
+    {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
+     .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
+});
+
+}  // namespace settings
+
+using CollectivesSettings = settings::Reader<settings::kCollectivesRows>;
+
+}  // namespace pcoll
