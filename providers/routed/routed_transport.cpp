@@ -281,6 +281,11 @@ void RoutedTransport::abandon() {
   if (local_) local_->abandon();
 }
 
+void RoutedTransport::expect_departures() {
+  network_->expect_departures();
+  if (local_) local_->expect_departures();
+}
+
 std::unique_ptr<Transport> route(std::unique_ptr<Transport> local, std::unique_ptr<Transport> network,
                                  const std::string& host_key, const std::string& name) {
   return std::make_unique<RoutedTransport>(std::move(local), std::move(network), host_key, name);

@@ -25,8 +25,11 @@ void UcxCore::record_failure(Peer& failed, ucs_status_t status, const std::strin
   if (failed.failure != UCS_OK) return;
   failed.failure = status;
   failed.failure_what = what;
-  log::warn("ucx: rank " + std::to_string(failed.rank) + ": " + what + ": " +
-            ucs_status_string(status));
+  const std::string line = "ucx: rank " + std::to_string(failed.rank) + ": " + what + ": " + ucs_status_string(status);
+  if (departures_expected.load(std::memory_order_relaxed))
+    log::debug(line + " (during finalize: the peer has most likely left)");
+  else
+    log::warn(line);
   // Blocked threads re-check their peers.
   ++activity_seq_;
   wait_loop->wake_all_waiters();

@@ -98,7 +98,13 @@ class Comm final : private PeerNotices {
   // would fail this rank's finalize barrier or skip the bootstrap's final barrier. Failure
   // notices from other ranks and unanswered pings still fail it, so a rank that dies while
   // the others leave is still named.
-  void begin_leaving() { detector_->begin_leaving(); }
+  // The transport, too, reports a lost connection quietly from now on
+  // (Transport::expect_departures): a peer that has finished the barrier closes its
+  // endpoints while this rank may still be in it.
+  void begin_leaving() {
+    detector_->begin_leaving();
+    transport_->expect_departures();
+  }
   bool is_leaving() const { return detector_->is_leaving(); }
 
   // Marks the communicator failed (first reason wins), tells every peer, wakes waiters.

@@ -224,6 +224,12 @@ class Transport {
   // The job failed before it was set up: the destructor must not wait for or progress
   // towards peers (no best-effort flush). A provider without such a flush ignores it.
   virtual void abandon() {}
+  // The job is ending: this rank has entered the communicator's last barrier, and a peer
+  // that finishes it closes its endpoints, possibly before this rank has finished. A
+  // provider that logs a peer's lost connection as it happens logs it quietly from now on
+  // (most likely a departure; the communicator still names a rank that died meanwhile, by
+  // its failure notices and pings); calls to such a peer still fail as before.
+  virtual void expect_departures() {}
 
  protected:
   // What a provider implements behind the checked calls above: peer, ranges and alignment

@@ -67,6 +67,7 @@ class RoutedTransport final : public Transport {
   bool wait(std::chrono::microseconds timeout, WaitFor what) override;
   void wake() override;
   void abandon() override;
+  void expect_departures() override;
 
  protected:
   void do_connect(int my_rank, std::span<const Bytes> addresses) override;

@@ -13,6 +13,7 @@
 #pragma GCC diagnostic pop
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -284,6 +285,9 @@ class UcxCore : private WaitLoop::Hooks {
   SendOp* acquire_send_op(int peer);
   void release_send_op(SendOp* op);
   void record_failure(Peer& peer, ucs_status_t status, const std::string& what);
+  // Set by expect_departures(): a peer's lost connection is then logged at debug level
+  // (ucx:tcp reports "Endpoint timeout" for a peer that closed while finalizing).
+  std::atomic<bool> departures_expected{false};
   // Throws peer_failed if UCP reported an error for the peer.
   void check_peer(const Peer& peer) const;
   Peer& peer(int rank);
@@ -409,6 +413,7 @@ class UcxTransport final : public Transport {
   // No shutdown flush: UCX 1.13 faults in ucp_worker_progress on the endpoint of a peer
   // that died before its wire-up finished (docs/reliability.md).
   void abandon() override { abandoned_ = true; }
+  void expect_departures() override { core_->departures_expected.store(true, std::memory_order_relaxed); }
 
  protected:
   void do_connect(int my_rank, std::span<const Bytes> addresses) override;

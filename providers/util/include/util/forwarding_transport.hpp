@@ -29,6 +29,7 @@ class ForwardingTransport : public Transport {
   bool wait(std::chrono::microseconds timeout, WaitFor what) override { return inner_->wait(timeout, what); }
   void wake() override { inner_->wake(); }
   void abandon() override { inner_->abandon(); }
+  void expect_departures() override { inner_->expect_departures(); }
 
  protected:
   Transport& inner() const { return *inner_; }
