@@ -57,6 +57,14 @@ PCOLL_API int pcoll_private_allreduce_create_refused(pcoll_comm_t *comm, size_t 
  * communicator waits for nobody and releases the provider's resources (shared memory). */
 PCOLL_API int pcoll_private_comm_abandon(pcoll_comm_t *comm, const char *reason);
 
+/* Installs `check` (NULL: none) for the calling thread: pcoll's blocking waits for peers in
+ * pcoll_init (the store bootstrap), collective creation, destroy, pcoll_barrier and
+ * pcoll_finalize call it at most every 10 ms, and a nonzero answer ends the call with
+ * PCOLL_ERR_INVALID_STATE ("interrupted by the application"); an interrupted collective
+ * fails the communicator naming this rank, so its peers stop waiting too. For a binding
+ * whose signal handlers run only between its own calls (Python's Ctrl-C). */
+PCOLL_API void pcoll_private_set_interrupt_check(int (*check)(void));
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 #include <pcoll/private.h>
 #include <registry/registry.hpp>
 #include <support/error.hpp>
+#include <support/interrupt.hpp>
 #include <support/log.hpp>
 
 struct pcoll_comm {
@@ -183,6 +184,8 @@ int pcoll_private_init_with_bootstrap(const pcoll_private_bootstrap_t* callbacks
 int pcoll_private_set_error(int status, const char* message) {
   return set_error(status, message != nullptr ? message : "");
 }
+
+void pcoll_private_set_interrupt_check(int (*check)(void)) { pcoll::interrupt::set_check(check); }
 
 int pcoll_private_comm_abandon(pcoll_comm_t* comm, const char* reason) {
   return guarded("pcoll_private_comm_abandon", [&] {

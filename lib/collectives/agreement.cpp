@@ -9,6 +9,7 @@
 #include <collectives/comm.hpp>
 #include <collectives/notification.hpp>
 #include <support/error.hpp>
+#include <support/interrupt.hpp>
 #include <support/log.hpp>
 
 namespace pcoll {
@@ -139,6 +140,13 @@ void Agreement::wait_for_blobs(uint64_t sequence, std::unique_lock<std::mutex>& 
   while (arrivals(sequence) < everyone) {
     comm_.drive_locked();
     if (arrivals(sequence) == everyone) break;
+    // The application's interrupt (Python's Ctrl-C) ends the wait: the communicator fails
+    // naming this rank, so the peers waiting in the same call stop too.
+    if (interrupt::requested())
+      comm_.fail_locked(Error(Errc::invalid_state,
+                              "rank " + std::to_string(rank_) +
+                                  " was interrupted by the application (a signal) in a collective call",
+                              rank_));
     if (std::chrono::steady_clock::now() - started > probe_after) {
       // Ask every rank we still miss whether its engine is alive.
       for (int r = 0; r < size_; ++r)

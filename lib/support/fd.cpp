@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <support/interrupt.hpp>
+
 namespace pcoll {
 
 using Clock = std::chrono::steady_clock;
@@ -55,9 +57,12 @@ int poll_timeout_ms(Clock::time_point deadline, std::chrono::milliseconds cap) {
 IoResult wait_ready(int fd, short events, std::chrono::milliseconds timeout) {
   const bool forever = timeout < std::chrono::milliseconds::zero();
   const auto deadline = Clock::now() + (forever ? std::chrono::milliseconds::zero() : timeout);
+  // With an interrupt check installed (interrupt.hpp), in slices short enough to ask it.
+  const int slice_ms = interrupt::installed() ? 20 : 1000;
   for (;;) {
+    if (interrupt::requested()) return {IoResult::Status::failed, EINTR, "wait (interrupted by the application)"};
     pollfd p{fd, events, 0};
-    const int ready = ::poll(&p, 1, forever ? 1000 : poll_timeout_ms(deadline));
+    const int ready = ::poll(&p, 1, forever ? slice_ms : std::min(slice_ms, poll_timeout_ms(deadline)));
     if (ready > 0) return {};
     if (ready < 0 && errno != EINTR) return {IoResult::Status::failed, errno, "poll"};
     if (!forever && Clock::now() >= deadline) return {IoResult::Status::timeout, 0, "poll"};

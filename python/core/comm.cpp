@@ -11,6 +11,7 @@ namespace pcoll_python {
 Comm::Comm() : state_(std::make_shared<CommState>()) {
   Outcome outcome;
   pcoll_comm_t* comm = nullptr;
+  InterruptibleCall interruptible;
   {
     py::gil_scoped_release nogil;
     outcome.capture(pcoll_init(&comm));
@@ -52,6 +53,7 @@ Allreduce Comm::create(const CreateArgs& a) {
   std::memcpy(&mode, &a.mode, sizeof a.mode);
   pcoll_allreduce_t* handle = nullptr;
   Outcome outcome;
+  InterruptibleCall interruptible;
   {
     py::gil_scoped_release nogil;
     outcome.capture(pcoll_allreduce_create(state_->comm, a.count, dtype, op, mode, &opts, &handle));
@@ -73,6 +75,7 @@ void Comm::create_refused(uint64_t count, const std::string& problem) {
   require_open("allreduce");
   pcoll_allreduce_t* handle = nullptr;
   Outcome outcome;
+  InterruptibleCall interruptible;
   {
     py::gil_scoped_release nogil;
     outcome.capture(pcoll_private_allreduce_create_refused(state_->comm, count, problem.c_str(), &handle));
@@ -87,6 +90,7 @@ void Comm::create_refused(uint64_t count, const std::string& problem) {
 void Comm::barrier() {
   require_open("barrier");
   Outcome outcome;
+  InterruptibleCall interruptible;
   {
     py::gil_scoped_release nogil;
     outcome.capture(pcoll_barrier(state_->comm));
@@ -124,6 +128,7 @@ void Comm::finalize() {
   pcoll_comm_t* comm = state_->comm;
   state_->comm = nullptr;
   Outcome outcome;
+  InterruptibleCall interruptible;
   {
     py::gil_scoped_release nogil;
     outcome.capture(pcoll_finalize(comm));

@@ -2,6 +2,7 @@
 #include "errors.hpp"
 
 #include <pcoll/pcoll.h>
+#include <pcoll/private.h>
 
 namespace pcoll_python {
 namespace {
@@ -24,6 +25,9 @@ void set_error_classes(const py::dict& classes) {
 }
 
 void raise_status(int status, const std::string& message) {
+  // A signal handler's exception, raised while the call waited (InterruptibleCall): that
+  // is the call's error (KeyboardInterrupt), not the status it ended with.
+  if (PyErr_Occurred() != nullptr) throw py::error_already_set();
   PyObject* cls = nullptr;
   if (g_error_classes != nullptr) {
     py::int_ key(status);
@@ -39,6 +43,18 @@ void raise_status(int status, const std::string& message) {
   }
   throw py::error_already_set();
 }
+
+namespace {
+
+int python_signal_raised() {
+  py::gil_scoped_acquire gil;
+  return PyErr_CheckSignals() != 0 ? 1 : 0;  // the handler's exception stays set
+}
+
+}  // namespace
+
+InterruptibleCall::InterruptibleCall() { pcoll_private_set_interrupt_check(python_signal_raised); }
+InterruptibleCall::~InterruptibleCall() { pcoll_private_set_interrupt_check(nullptr); }
 
 void invalid_argument(const std::string& message) { raise_status(PCOLL_ERR_INVALID_ARGUMENT, message); }
 void invalid_state(const std::string& message) { raise_status(PCOLL_ERR_INVALID_STATE, message); }

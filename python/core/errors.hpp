@@ -31,6 +31,18 @@ void set_error_classes(const py::dict& classes);
 [[noreturn]] void invalid_argument(const std::string& message);
 [[noreturn]] void invalid_state(const std::string& message);
 
+// For the span of a C call that may wait for peers (init, create, destroy, barrier,
+// finalize): pcoll's waits ask Python's signal handlers every 10 ms, so that Ctrl-C ends
+// the call (the C status is then PCOLL_ERR_INVALID_STATE, and raise_status raises the
+// handler's KeyboardInterrupt instead). Outside the main thread the check finds nothing.
+class InterruptibleCall {
+ public:
+  InterruptibleCall();
+  ~InterruptibleCall();
+  InterruptibleCall(const InterruptibleCall&) = delete;
+  InterruptibleCall& operator=(const InterruptibleCall&) = delete;
+};
+
 // Statuses after which the communicator is unusable: collective clean-up would wait forever
 // on a peer that is gone, so close() then only releases local resources.
 bool fails_communicator(int status);

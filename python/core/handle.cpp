@@ -82,6 +82,7 @@ void destroy_handle(HandleCore& core, const char* where) {
     core.recv.leak();
   }
   Outcome outcome;
+  InterruptibleCall interruptible;
   {
     py::gil_scoped_release nogil;
     outcome.capture(pcoll_allreduce_destroy(h));

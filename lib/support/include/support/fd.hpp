@@ -81,7 +81,9 @@ IoResult write_full(int fd, std::span<const std::byte> bytes, std::chrono::milli
 IoResult read_full(int fd, std::span<std::byte> bytes, std::chrono::milliseconds idle_timeout = kNoTimeout);
 
 // Waits until `fd` is ready for `events`, for at most `timeout` (kNoTimeout: for ever),
-// re-arming poll() at least once a second. Status::ok, timeout, or failed ("poll").
+// re-arming poll() at least once a second, or every 20 ms where the calling thread has an
+// interrupt check (interrupt.hpp). Status::ok, timeout, or failed ("poll"; EINTR once the
+// check asked the wait to stop).
 IoResult wait_ready(int fd, short events, std::chrono::milliseconds timeout);
 
 // The poll() timeout in ms until `deadline`: 0 when it has passed, at most `cap`.
