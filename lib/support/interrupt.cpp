@@ -3,8 +3,6 @@
 
 #include <chrono>
 
-#include <support/error.hpp>
-
 namespace pcoll::interrupt {
 namespace {
 
@@ -33,10 +31,6 @@ bool requested() {
   t_asked = now;
   t_requested = t_check() != 0;
   return t_requested;
-}
-
-void throw_if_requested(const std::string& what) {
-  if (requested()) fail(Errc::invalid_state, what + " was interrupted by the application (a signal)");
 }
 
 }  // namespace pcoll::interrupt

@@ -1,6 +1,6 @@
 // The settings the collectives read: the communicator's waiting and notification width, and
 // a handle's chunk, pool, plan threshold and trace (settings.hpp says how rows are read).
-// Each is read once, into CommConfig when a communicator is made (comm.hpp) and into the
+// Each is read once, into Comm::Setup when a communicator is made (comm.cpp, read_settings) and into the
 // HandleSpec when a handle is (handle_spec.hpp).
 #pragma once
 

@@ -6,8 +6,6 @@
 // the store client's (fd.hpp's wait_ready, under pcoll_init) and the agreement's.
 #pragma once
 
-#include <string>
-
 namespace pcoll::interrupt {
 
 // Returns nonzero when the waiting call should stop (it may run the language's signal
@@ -23,8 +21,5 @@ bool installed() noexcept;
 // Whether the check asked this thread's wait to stop. Asks it at most every 10 ms; once it
 // said yes, stays yes until the next set_check.
 bool requested();
-
-// Error(invalid_state) "<what> was interrupted by the application (a signal)" when requested().
-void throw_if_requested(const std::string& what);
 
 }  // namespace pcoll::interrupt
