@@ -8,6 +8,7 @@
 #include <collectives/dtype.hpp>
 #include <collectives/handle_spec.hpp>
 #include <collectives/reduce_kernels.hpp>
+#include <support/copy.hpp>
 #include <support/error.hpp>
 
 namespace pcoll {
@@ -163,7 +164,7 @@ void HandleMemory::hand_over_result(void* recvbuf, const void* late_sendbuf) {
       const size_t n = std::min(piece, count - first);
       to_accumulator(spec_.dtype, in + user_elem_bytes_ * first, scratch_.data(), n);
       from_accumulator(spec_.dtype, spec_.op, ranks_, work() + acc_bytes(first), out + user_elem_bytes_ * first, n);
-      std::memcpy(work() + acc_bytes(first), scratch_.data(), acc_bytes(n));
+      copy_bytes(work() + acc_bytes(first), scratch_.data(), acc_bytes(n));
     }
   }
   carry_in_work_ = late_sendbuf != nullptr && count > 0;
@@ -183,7 +184,7 @@ void HandleMemory::hand_over_moved(uint64_t round, void* recvbuf, const void* la
   if (moved.result.size() != user_elem_bytes_ * spec_.count)
     fail(Errc::internal, "result of round " + std::to_string(round) + " is neither buffered nor in the work buffer");
   add_to_carry(late_sendbuf);  // first: recvbuf may be the sendbuf
-  if (recvbuf != nullptr && !moved.result.empty()) std::memcpy(recvbuf, moved.result.data(), moved.result.size());
+  if (recvbuf != nullptr && !moved.result.empty()) copy_bytes(recvbuf, moved.result.data(), moved.result.size());
   std::vector<std::byte>().swap(moved.result);
 }
 

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include <collectives/dtype.hpp>
+#include <support/copy.hpp>
 #include <support/error.hpp>
 
 namespace pcoll {
@@ -260,7 +261,7 @@ void to_accumulator(pcoll_dtype_t dtype, const void* user, std::byte* acc, std::
     case PCOLL_FLOAT64:
     case PCOLL_INT32:
     case PCOLL_INT64:
-      if (count != 0) std::memcpy(acc, user, count * element_bytes(dtype));
+      copy_bytes(acc, user, count * element_bytes(dtype));
       return;
     case PCOLL_FLOAT16: widen_loop<Half>(as<std::uint16_t>(user), as<float>(acc), count); return;
     case PCOLL_BFLOAT16: widen_loop<BFloat16>(as<std::uint16_t>(user), as<float>(acc), count); return;
@@ -279,22 +280,22 @@ void from_accumulator(pcoll_dtype_t dtype, pcoll_op_t op, int ranks, const std::
   switch (dtype) {
     case PCOLL_FLOAT32:
       if (average) divide_loop(as<float>(acc), as<float>(user), count, static_cast<float>(ranks));
-      else if (count != 0) std::memcpy(user, acc, count * 4);
+      else copy_bytes(user, acc, count * 4);
       return;
     case PCOLL_FLOAT64:
       if (average) divide_loop(as<double>(acc), as<double>(user), count, static_cast<double>(ranks));
-      else if (count != 0) std::memcpy(user, acc, count * 8);
+      else copy_bytes(user, acc, count * 8);
       return;
     case PCOLL_INT32:
       if (average) divide_loop(as<std::int32_t>(acc), as<std::int32_t>(user), count, ranks);
-      else if (count != 0) std::memcpy(user, acc, count * 4);
+      else copy_bytes(user, acc, count * 4);
       return;
     case PCOLL_INT64:
       if (average) {
         divide_loop(as<std::int64_t>(acc), as<std::int64_t>(user), count,
                     static_cast<std::int64_t>(ranks));
-      } else if (count != 0) {
-        std::memcpy(user, acc, count * 8);
+      } else {
+        copy_bytes(user, acc, count * 8);
       }
       return;
     case PCOLL_FLOAT16: narrow<Half>(as<float>(acc), as<std::uint16_t>(user), count, average, ranks); return;

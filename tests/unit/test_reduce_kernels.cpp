@@ -1,6 +1,7 @@
 // Unit tests of the element types and reduction kernels (lib/collectives/dtype, reduce_kernels):
 // every dtype x op against a scalar reference written independently of the kernels,
-// float16 / bfloat16 conversions, and the bitwise commutativity the engine relies on.
+// float16 / bfloat16 conversions, the bitwise commutativity the engine relies on, and
+// copy_bytes (support/copy.hpp), through which conversions of same-size types copy.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -13,6 +14,7 @@
 
 #include <collectives/dtype.hpp>
 #include <collectives/reduce_kernels.hpp>
+#include <support/copy.hpp>
 #include <support/error.hpp>
 
 using namespace pcoll;
@@ -488,5 +490,29 @@ TEST_CASE("unknown dtype and op values are rejected with an error") {
   } catch (const Error& e) {
     CHECK(e.code() == Errc::invalid_argument);
     CHECK(std::string(e.what()).find("17") != std::string::npos);
+  }
+}
+
+// copy_bytes (support/copy.hpp) takes its own loop when source and destination sit at
+// different offsets within a cache line: every offset pair, sizes around its threshold and
+// around whole lines, against the bytes themselves; nothing outside the range is touched.
+TEST_CASE("copy_bytes copies exactly, at every relative alignment and length") {
+  std::mt19937 random(7);
+  std::vector<unsigned char> source(8192 + 128);
+  for (auto& b : source) b = static_cast<unsigned char>(random());
+  for (const size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{1023}, size_t{1024}, size_t{1025},
+                             size_t{4096 + 17}, size_t{8192}}) {
+    for (size_t from = 0; from < 64; from += 3) {
+      for (size_t to = 0; to < 64; to += 5) {
+        std::vector<unsigned char> target(8192 + 256, 0xa5);
+        copy_bytes(target.data() + 64 + to, source.data() + from, bytes);
+        CAPTURE(bytes);
+        CAPTURE(from);
+        CAPTURE(to);
+        REQUIRE(std::memcmp(target.data() + 64 + to, source.data() + from, bytes) == 0);
+        for (size_t i = 0; i < 64 + to; ++i) REQUIRE(target[i] == 0xa5);
+        for (size_t i = 64 + to + bytes; i < target.size(); ++i) REQUIRE(target[i] == 0xa5);
+      }
+    }
   }
 }
