@@ -8,7 +8,9 @@
 // Every timed round is measured on each rank, then the per-round maximum over ranks is
 // taken (the round as the slowest rank saw it); avg/min/max/p50/p99 summarise those maxima.
 // algbw = bytes / avg time; busbw = algbw * 2(P-1)/P, the bytes each rank's links carry in
-// a bandwidth-optimal allreduce, comparable across P.
+// a bandwidth-optimal allreduce, comparable across P. Each row names the reduction plan the
+// handle ran (pcoll_allreduce_stats: recursive_doubling, rabenseifner, direct); JSON rows
+// also carry memcpy_GBps, one core's memcpy of that size out of cache in the same run.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -179,6 +181,7 @@ uint64_t count_wrong(const Options& o, const std::byte* result, size_t count, in
 struct Stats {
   double avg_us = 0, min_us = 0, max_us = 0, p50_us = 0, p99_us = 0;
   uint64_t wrong = 0;
+  std::string plan = "mpi";  // the reduction plan the handle ran (pcoll_allreduce_stats)
 };
 
 #if PCOLL_PERF_MPI
@@ -235,6 +238,28 @@ class Bench {
   Bench(const Options& o, perf::Job& job, size_t max_bytes)
       : o_(o), job_(job), send_(max_bytes), recv_(max_bytes) {}
 
+  // The physical limit beside the rounds: one core's memcpy of `bytes` between the tool's
+  // own send and receive buffers (as the application's buffers are: malloc'd, at the same
+  // line offset), out of cache (a 64 MiB sweep before each copy evicts both), median of five,
+  // in GB/s. Rank 0 copies while the others wait at a barrier.
+  double memcpy_gbps(size_t bytes) {
+    double result = 0;
+    if (job_.rank() == 0 && bytes > 0) {
+      std::vector<double> gbps;
+      for (int k = 0; k < 5; ++k) {
+        evict_.assign(64 << 20, std::byte{static_cast<unsigned char>(k)});
+        const auto start = perf::Clock::now();
+        std::memcpy(recv_.data(), send_.data(), bytes);
+        const double ns = std::chrono::duration<double, std::nano>(perf::Clock::now() - start).count();
+        gbps.push_back(static_cast<double>(bytes) / ns);
+      }
+      std::sort(gbps.begin(), gbps.end());
+      result = gbps[2];
+    }
+    job_.barrier();
+    return result;
+  }
+
   Stats run(const perf::ModeSpec& mode, size_t count) {
     const int ranks = job_.size();
     std::vector<double> times_us(o_.iters);
@@ -254,6 +279,7 @@ class Bench {
     }
     job_.barrier();
     const uint64_t rounds = o_.warmup + o_.iters;
+    std::string plan = "mpi";
     for (uint64_t t = 0; t < rounds; ++t) {
       if (o_.check) fill(t, count);
       std::vector<uint64_t> fresh = all_fresh;
@@ -279,6 +305,10 @@ class Bench {
         std::vector<uint64_t> none(all_fresh.size(), 0);
         wrong += count_wrong(o_, recv_.data(), count, ranks, rounds, none, &previous_fresh);
       }
+      pcoll_allreduce_stats_t stats{};
+      stats.size = sizeof stats;
+      perf::check(pcoll_allreduce_stats(handle, &stats), "pcoll_allreduce_stats");
+      plan = stats.plan != nullptr ? stats.plan : "?";
       perf::check(pcoll_allreduce_destroy(handle), "pcoll_allreduce_destroy");
     }
 
@@ -297,6 +327,7 @@ class Bench {
     s.p50_us = percentile(sorted, 0.50);
     s.p99_us = percentile(sorted, 0.99);
     s.wrong = static_cast<uint64_t>(wrong_total[0]);
+    s.plan = plan;
     return s;
   }
 
@@ -329,11 +360,12 @@ class Bench {
   perf::Job& job_;
   std::vector<std::byte> send_;
   std::vector<std::byte> recv_;
+  std::vector<std::byte> evict_;
 };
 
 void print_header() {
-  std::printf("%12s %10s %9s %6s %9s %10s %10s %10s %10s %10s %12s %12s %7s\n", "size", "count", "type", "redop",
-              "mode", "time(us)", "min", "max", "p50", "p99", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  std::printf("%12s %10s %9s %6s %9s %10s %10s %10s %10s %10s %12s %12s %7s  %s\n", "size", "count", "type", "redop",
+              "mode", "time(us)", "min", "max", "p50", "p99", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "plan");
 }
 
 }  // namespace
@@ -367,6 +399,7 @@ int main(int argc, char** argv) {
     for (uint64_t size = options.min_bytes; size <= options.max_bytes; size *= options.factor) {
       const size_t count = std::max<size_t>(1, size / elem);
       const size_t bytes = count * elem;
+      const double memcpy_gbps = bench.memcpy_gbps(bytes);
       for (const perf::ModeSpec& mode : modes) {
         const Stats s = bench.run(mode, count);
         total_wrong += s.wrong;
@@ -377,16 +410,17 @@ int main(int argc, char** argv) {
           std::printf("{\"tool\":\"pcoll_allreduce\",\"mode\":\"%s\",\"P\":%d,\"provider\":\"%s\",\"bootstrap\":\"%s\","
                       "\"bytes\":%zu,\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"iters\":%llu,\"warmup\":%llu,"
                       "\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-                      "\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,\"wrong\":%s}\n",
+                      "\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,\"memcpy_GBps\":%.3f,\"wrong\":%s,\"plan\":\"%s\"}\n",
                       mode.name().c_str(), P, job.provider().c_str(), job.launcher().c_str(), bytes, count,
                       dtype_name(options.dtype), op_name(options.op), static_cast<unsigned long long>(options.iters),
                       static_cast<unsigned long long>(options.warmup), s.avg_us, s.min_us, s.max_us, s.p50_us,
-                      s.p99_us, algbw, busbw,
-                      options.check ? std::to_string(s.wrong).c_str() : "null");
+                      s.p99_us, algbw, busbw, memcpy_gbps,
+                      options.check ? std::to_string(s.wrong).c_str() : "null", s.plan.c_str());
         } else {
-          std::printf("%12zu %10zu %9s %6s %9s %10.2f %10.2f %10.2f %10.2f %10.2f %12.4f %12.4f %7s\n", bytes, count,
-                      dtype_name(options.dtype), op_name(options.op), mode.name().c_str(), s.avg_us, s.min_us, s.max_us,
-                      s.p50_us, s.p99_us, algbw, busbw, options.check ? std::to_string(s.wrong).c_str() : "N/A");
+          std::printf("%12zu %10zu %9s %6s %9s %10.2f %10.2f %10.2f %10.2f %10.2f %12.4f %12.4f %7s  %s\n", bytes,
+                      count, dtype_name(options.dtype), op_name(options.op), mode.name().c_str(), s.avg_us, s.min_us,
+                      s.max_us, s.p50_us, s.p99_us, algbw, busbw, options.check ? std::to_string(s.wrong).c_str() : "N/A",
+                      s.plan.c_str());
         }
         std::fflush(stdout);
       }

@@ -150,6 +150,10 @@ typedef struct {
                                       late_rounds[me]: rounds whose info said caller_late */
   const uint64_t *longest_late_run;/* [r]: most consecutive rounds rank r was late */
   const uint64_t *fresh_histogram; /* [k], k = 0..P: rounds in which k ranks were fresh */
+  const char *plan;                /* the reduction plan this handle runs: "recursive_doubling",
+                                      "rabenseifner" or "direct" (docs/design.md) */
+  uint64_t bytes_read;             /* bytes this rank read from peers' memory mapped here
+                                      (the direct plan); bytes_written counts none of them */
 } pcoll_allreduce_stats_t;
 
 /* Local, not collective; does not wait for anything but the engine lock. */

@@ -346,6 +346,8 @@ int pcoll_allreduce_stats(const pcoll_allreduce_t* h, pcoll_allreduce_stats_t* s
     all.late_rounds = kept.late_rounds.data();
     all.longest_late_run = kept.longest_late_run.data();
     all.fresh_histogram = kept.fresh_histogram.data();
+    all.plan = h->handle->plan_name();
+    all.bytes_read = kept.bytes_read;
     // A caller built against an older, shorter struct gets the fields it knows.
     all.size = std::min(stats->size, sizeof all);
     std::memcpy(stats, &all, all.size);

@@ -17,6 +17,7 @@
 #include <collectives/enum_names.hpp>
 #include <collectives/mode_table.hpp>
 #include <collectives/reduce_kernels.hpp>
+#include <support/copy.hpp>
 #include <support/error.hpp>
 #include <support/host_memory.hpp>
 #include <support/log.hpp>
@@ -58,6 +59,9 @@ Allreduce::Allreduce(Comm& comm, const HandleSpec& spec, const std::string& inva
     }
   }
   offer.signature = signature_of(spec_, id_);
+  // Ranks that would run different plans (one maps its peers' memory, another does not)
+  // fail creation as a mismatch instead of waiting for each other's notices.
+  offer.signature.direct = direct_ ? 1 : 0;
   if (offer.status == 0) offer.key = key_;
   // Collective part: the outcome, the arguments and the registration keys in one
   // agreement (over the transport: a straggler keeps the others waiting while its engine
@@ -78,8 +82,7 @@ Allreduce::Allreduce(Comm& comm, const HandleSpec& spec, const std::string& inva
   }
   if (trace_) estimate_clock_offset();
   log::debug("allreduce handle " + std::to_string(id_) + ": " + describe(offer.signature) + ", " +
-             algorithm_name(executor_->plan().algorithm) + ", " + std::to_string(executor_->plan().steps.size()) +
-             " steps");
+             executor_->algorithm() + ", " + std::to_string(executor_->step_count()) + " steps");
 }
 
 // The part of construction that involves this rank only: plan, policy, memory.
@@ -92,9 +95,14 @@ void Allreduce::prepare() {
   // doubling at the default, whatever the 2P flag elements add.
   const ReduceAlgorithm algorithm = choose_algorithm(size_, spec_.count * acc_elem_bytes, spec_.rd_max_bytes);
   const size_t chunk_elems = chunk_elems_for(total_elems, spec_.chunk_bytes, acc_elem_bytes, codec_.max_chunks());
+  // Above the recursive-doubling size, ranks that all map each other's memory read it where
+  // it lies (direct_executor.hpp); PCOLL_PLAN=flat keeps the chunked plan.
+  direct_ = !spec_.flat_plan && size_ > 1 && spec_.count * acc_elem_bytes > spec_.rd_max_bytes &&
+            static_cast<uint32_t>(size_) <= codec_.max_chunks() && DirectExecutor::kPhases <= codec_.max_tags() &&
+            peers_mapped();
   // The landing pool of one exchange: PCOLL_POOL_BYTES worth of chunks, at least two.
   const size_t pool_chunks = std::max<size_t>(2, spec_.pool_bytes / (chunk_elems * acc_elem_bytes));
-  ReducePlan plan = make_plan(algorithm, size_, rank_, total_elems, chunk_elems, pool_chunks);
+  ReducePlan plan = make_plan(algorithm, size_, rank_, direct_ ? 0 : total_elems, chunk_elems, pool_chunks);
   if (plan.tag_count > codec_.max_tags())
     fail(Errc::unsupported, "a reduction plan over " + std::to_string(size_) + " ranks needs " +
                                 std::to_string(plan.tag_count) + " exchange tags; " + codec_.describe() +
@@ -108,7 +116,14 @@ void Allreduce::prepare() {
   policy_ = mode.make_policy(PolicyContext{rank_, size_, id_, spec_.opts});
   check_host_memory(HandleMemory::footprint(spec_, size_, plan.landing_elems(), policy_->counter_words()));
   memory_.reset(new HandleMemory(transport_, spec_, rank_, size_, plan.landing_elems(), policy_->counter_words(), *this));
-  executor_ = std::make_unique<PlanExecutor>(std::move(plan), caps.inject_bytes / acc_elem_bytes, id_);
+  if (direct_) {
+    // The cache block of the direct plan's reductions: a chunk, at most 64 KiB, so that a
+    // block and its P - 1 sources stay in a core's cache.
+    const size_t block = std::min(chunk_elems, std::max<size_t>(1, 65536 / acc_elem_bytes));
+    executor_ = std::make_unique<DirectExecutor>(size_, rank_, total_elems, block, id_);
+  } else {
+    executor_ = std::make_unique<PlanExecutor>(std::move(plan), caps.inject_bytes / acc_elem_bytes, id_);
+  }
   if (!spec_.trace_dir.empty()) {
     trace_ = std::make_unique<TraceObserver>(
         spec_.trace_dir, spec_.trace_clock_skew_ns,
@@ -145,6 +160,19 @@ void Allreduce::import_peers(const std::vector<transport::Bytes>& keys) {
       // microseconds.
       comm_.check_failed();
       peers_[static_cast<size_t>(r)] = transport_.import_region(r, keys[static_cast<size_t>(r)]);
+    }
+    if (direct_) {
+      peer_work_.assign(static_cast<size_t>(size_), nullptr);
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const std::span<std::byte> mapped = peers_[static_cast<size_t>(r)]->mapped();
+        if (mapped.size() < memory_->work_bytes())
+          fail(Errc::transport, "the direct plan of handle " + std::to_string(id_) + " reads rank " + std::to_string(r) +
+                                    "'s memory, which provider " + transport_.capabilities().name +
+                                    " said it maps here but did not (" + std::to_string(mapped.size()) + " of " +
+                                    std::to_string(memory_->work_bytes()) + " bytes mapped)");
+        peer_work_[static_cast<size_t>(r)] = mapped.data();
+      }
     }
   } catch (const Error& e) {
     // The peers go on with a handle this rank cannot serve: fail the communicator so that
@@ -375,6 +403,35 @@ void Allreduce::send_credit(const Step& step, uint64_t round, uint32_t chunk) {
 }
 
 void Allreduce::settle_writes() { transport_.flush(); }
+
+// --- The direct plan (ExecutorPort) ---------------------------------------------------------
+
+bool Allreduce::peers_mapped() const {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !transport_.maps_memory_of(r)) return false;
+  return true;
+}
+
+void Allreduce::signal_peer(int peer, uint32_t tag, uint64_t round) {
+  transport_.notify(peer, codec_.data(id_, tag, static_cast<uint32_t>(rank_), round));
+}
+
+void Allreduce::reduce_from_peer(int peer, size_t offset, size_t count, uint64_t /*round*/) {
+  reduce_into(spec_.dtype, spec_.op, memory_->work() + memory_->acc_bytes(offset),
+              peer_work(peer) + memory_->acc_bytes(offset), count);
+  observe([&](RoundObserver& o) { o.read(memory_->acc_bytes(count)); });
+}
+
+void Allreduce::copy_from_peer(int peer, size_t offset, size_t count, uint64_t /*round*/) {
+  copy_bytes(memory_->work() + memory_->acc_bytes(offset), peer_work(peer) + memory_->acc_bytes(offset),
+             memory_->acc_bytes(count));
+  observe([&](RoundObserver& o) { o.read(memory_->acc_bytes(count)); });
+}
+
+void Allreduce::final_elements(size_t offset, size_t count, uint64_t round) {
+  if (posted_ && posted_->round == round && !posted_->delivered)
+    memory_->deliver_early(posted_->recvbuf, pending_late_, offset, count);
+}
 
 void Allreduce::step_started(uint64_t round, size_t step) {
   observe([&](RoundObserver& o) { o.step_started(round, step); });

@@ -36,6 +36,7 @@ void read_settings(HandleSpec& spec, const std::function<void(bool, const std::s
       invalid_argument("PCOLL_POOL_BYTES=" + std::to_string(spec.pool_bytes) + " holds less than two chunks of "
                        "PCOLL_CHUNK_BYTES=" + std::to_string(spec.chunk_bytes) + "; raise it or lower PCOLL_CHUNK_BYTES");
     spec.rd_max_bytes = CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES");
+    spec.flat_plan = CollectivesSettings::get_choice("PCOLL_PLAN") == "flat";
     if (const auto dir = CollectivesSettings::get_text("PCOLL_TRACE")) {
       std::error_code error;
       if (!std::filesystem::is_directory(*dir, error) || ::access(dir->c_str(), W_OK) != 0)
@@ -96,7 +97,7 @@ Signature signature_of(const HandleSpec& spec, uint32_t handle) {
   return Signature{spec.count, static_cast<uint64_t>(spec.dtype), static_cast<uint64_t>(spec.op),
                    static_cast<uint64_t>(spec.mode), static_cast<uint64_t>(spec.opts.late), spec.opts.max_lag,
                    spec.opts.sync_every, spec.opts.seed, spec.opts.quorum, spec.opts.grace_us, spec.chunk_bytes,
-                   spec.pool_bytes, spec.rd_max_bytes, handle, spec.trace_dir.empty() ? 0u : 1u};
+                   spec.pool_bytes, spec.rd_max_bytes, handle, spec.trace_dir.empty() ? 0u : 1u, spec.flat_plan ? 1u : 0u, 0};
 }
 
 std::string describe(const Signature& s) {
@@ -110,7 +111,9 @@ std::string describe(const Signature& s) {
          " seed=" + std::to_string(s.seed) + " quorum=" + std::to_string(s.quorum) +
          " grace_us=" + std::to_string(s.grace_us) + " chunk_bytes=" + std::to_string(s.chunk_bytes) +
          " pool_bytes=" + std::to_string(s.pool_bytes) + " rd_max_bytes=" + std::to_string(s.rd_max_bytes) +
-         " handle=" + std::to_string(s.handle) + " traced=" + std::to_string(s.traced) + " (PCOLL_TRACE)";
+         " handle=" + std::to_string(s.handle) + " traced=" + std::to_string(s.traced) + " (PCOLL_TRACE) plan=" +
+         (s.flat_plan ? "flat" : "auto") + " (PCOLL_PLAN) direct=" + std::to_string(s.direct) +
+         " (1: every peer's memory maps here)";
 }
 
 std::vector<transport::Bytes> agree_creation(Comm& comm, const CreationOffer& mine, std::chrono::milliseconds timeout) {

@@ -157,16 +157,7 @@ void PlanExecutor::credit_sender(const Step& step, uint64_t round, bool finished
 }
 
 bool PlanExecutor::on_data(uint64_t round, uint64_t completed, uint32_t tag, uint32_t chunk) {
-  // New only for the active round or the next one. A notice for a completed round can
-  // only be a duplicate of one already counted (no peer writes a round it finished before
-  // we did): ignored.
-  if (round < completed) {
-    ++duplicates_;
-    return false;
-  }
-  if (round > completed + 1)
-    fail(Errc::protocol, "data for round " + std::to_string(round) + " of handle " + std::to_string(handle_) +
-                             " while this rank is at round " + std::to_string(completed));
+  if (stale_data_round(round, completed, handle_, duplicates_)) return false;
   if (tag >= plan_.tag_count)
     fail(Errc::protocol, "data for handle " + std::to_string(handle_) + " with exchange tag " + std::to_string(tag) +
                              " (this plan has " + std::to_string(plan_.tag_count) + ")");

@@ -89,7 +89,14 @@ std::unique_ptr<RemoteRegion> InprocTransport::do_import_region(int peer, std::s
                     std::to_string(wire.region) + " of " + std::to_string(wire.size) +
                     " bytes, which that rank has not registered (or no longer)");
   }
-  return std::make_unique<InprocRemoteRegion>(peer, wire.region, static_cast<size_t>(wire.size));
+  const Fabric::Region* region = nullptr;
+  std::span<std::byte> bytes;
+  {
+    std::shared_lock lock(Fabric::instance().regions_mutex());
+    region = Fabric::instance().find_region_locked(wire.region);
+    if (region != nullptr) bytes = region->bytes;
+  }
+  return std::make_unique<InprocRemoteRegion>(peer, wire.region, static_cast<size_t>(wire.size), bytes);
 }
 
 }  // namespace pcoll::transport::inproc

@@ -218,8 +218,8 @@ void UcxTransport::do_write_notify(const LocalRegion& src, size_t src_offset,
   // Shared memory: copy straight into the peer's region, then the value into its mailbox.
   // Earlier plain writes to the peer may still be in flight: only with none pending may
   // this copy overtake nothing it must not.
-  if (d.mapped() != nullptr && p.puts_posted == p.puts_flushed &&
-      send_by_mailbox(lock, p, d.mapped() + dst_offset, d.address() + dst_offset, source, bytes, value)) {
+  if (d.mapped_at() != nullptr && p.puts_posted == p.puts_flushed &&
+      send_by_mailbox(lock, p, d.mapped_at() + dst_offset, d.address() + dst_offset, source, bytes, value)) {
     ++p.paths.by_memory;
     return;
   }
@@ -296,6 +296,14 @@ NotificationPaths UcxTransport::notification_paths(int peer_rank) const {
   check_connected("notification_paths");
   std::unique_lock lock(core_->mutex);
   return core_->peer(peer_rank).paths;
+}
+
+// A peer whose mailbox is mapped here: its allocate()d regions map the same way (UCP's
+// shared-memory allocation, ucp_rkey_ptr; UcxRemoteRegion).
+bool UcxTransport::maps_memory_of(int peer_rank) const {
+  check_connected("maps_memory_of");
+  std::unique_lock lock(core_->mutex);
+  return peer_rank != rank() && core_->mailbox.attached(peer_rank) && core_->may_map(peer_rank);
 }
 
 void UcxTransport::flush() { flush_within(core_->options.timeout); }

@@ -162,6 +162,8 @@ py::dict Allreduce::stats() const {
   out["late_rounds"] = as_list(raw.late_rounds, n);
   out["longest_late_run"] = as_list(raw.longest_late_run, n);
   out["fresh_histogram"] = as_list(raw.fresh_histogram, n + 1);
+  out["plan"] = raw.plan != nullptr ? raw.plan : "";
+  out["bytes_read"] = raw.bytes_read;
   return out;
 }
 

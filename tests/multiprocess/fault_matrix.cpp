@@ -5,6 +5,7 @@
 // clean up without hanging or crashing.
 //
 //   fault_matrix --fault F --phase PH --survivors S [--provider SEL] [--ranks P] [--timeout-ms T]
+//                [--count N]
 //     F   kill | stop | silent | reset | access | eagain
 //         kill, stop: SIGKILL / SIGSTOP of the victim's process (at init: from inside
 //         pcoll_init, by the fault-injection transport at connect); the others through the
@@ -17,6 +18,8 @@
 //         test     survivors drive the round with start + test polling (rounds only)
 //         compute  survivors other than rank 0 compute for 2 x timeout before the call
 //     SEL ofi:shm | ofi:tcp | ucx:shm | ucx:tcp | default (PCOLL_PROVIDER unset)
+//     N   float32 elements of the handle (default 4096, recursive doubling); above 8192
+//         the default provider's ranks run the direct plan (docs/design.md)
 // Prints one line (PASS / FAIL / N/A, the cell, the worst survivor's time or what went
 // wrong) and exits 0, 1, or 77 for a cell that does not apply (meson's skip).
 //
@@ -53,8 +56,11 @@ struct Cell {
   std::string fault, phase, survivors, provider = "ofi:shm";
   int ranks = 4;
   int timeout_ms = 2000;
+  size_t count = 4096;
 
-  std::string name() const { return fault + " " + phase + " " + survivors + " " + provider; }
+  std::string name() const {
+    return fault + " " + phase + " " + survivors + " " + provider + (count != 4096 ? " count=" + std::to_string(count) : "");
+  }
   bool round_phase() const { return phase == "sync" || phase == "solo" || phase == "majority"; }
   bool signal_fault() const { return fault == "kill" || fault == "stop"; }
 };
@@ -91,7 +97,7 @@ int named_rank(const std::string& message) {
 
 class Rank {
  public:
-  explicit Rank(const Cell& cell) : cell_(cell) {
+  explicit Rank(const Cell& cell) : cell_(cell), send_(cell.count, 1.0f), recv_(cell.count) {
     rank_ = std::atoi(std::getenv("PCOLL_RANK"));
     victim_ = cell.ranks - 1;
   }
@@ -108,7 +114,7 @@ class Rank {
     pcoll_allreduce_opts_init(&opts);
     opts.timeout_ms = static_cast<uint32_t>(cell_.timeout_ms);
     if (cell_.phase == "create") enter();
-    if (const int rc = pcoll_allreduce_create(comm_, kCount, PCOLL_FLOAT32, PCOLL_OP_SUM, mode, &opts, &handle_);
+    if (const int rc = pcoll_allreduce_create(comm_, cell_.count, PCOLL_FLOAT32, PCOLL_OP_SUM, mode, &opts, &handle_);
         rc != PCOLL_SUCCESS)
       return failed("pcoll_allreduce_create", rc);
     // Warm-up: every rank well inside the job before the fault.
@@ -142,7 +148,6 @@ class Rank {
   }
 
  private:
-  static constexpr size_t kCount = 4096;
 
   // The start of the phase under test: the victim faults, the busy survivors compute.
   void enter() {
@@ -213,8 +218,8 @@ class Rank {
   int victim_ = 0;
   pcoll_comm_t* comm_ = nullptr;
   pcoll_allreduce_t* handle_ = nullptr;
-  std::vector<float> send_ = std::vector<float>(kCount, 1.0f);
-  std::vector<float> recv_ = std::vector<float>(kCount);
+  std::vector<float> send_;
+  std::vector<float> recv_;
   Clock::time_point since_;
 };
 
@@ -344,7 +349,8 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
     if (!spec.empty()) env["PCOLL_FAULT"] = spec;
     ranks.push_back(std::make_unique<test::Process>(
         std::vector<std::string>{self, "--child", cell.fault, cell.phase, cell.survivors, cell.provider,
-                                 std::to_string(cell.ranks), std::to_string(cell.timeout_ms)},
+                                 std::to_string(cell.ranks), std::to_string(cell.timeout_ms),
+                                 std::to_string(cell.count)},
         env));
   }
   const int victim = cell.ranks - 1;
@@ -445,7 +451,7 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
                "                    --phase init|create|sync|solo|majority|flush|destroy\n"
                "                    --survivors run|test|compute\n"
                "                    [--provider ofi:shm|ofi:tcp|ucx:shm|ucx:tcp|default] [--ranks P]\n"
-               "                    [--timeout-ms T] [--repeat N] [--verbose] [--stacks DIR]\n",
+               "                    [--timeout-ms T] [--count N] [--repeat N] [--verbose] [--stacks DIR]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -453,8 +459,9 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 8 && std::strcmp(argv[1], "--child") == 0) {
-    Cell cell{argv[2], argv[3], argv[4], argv[5], std::atoi(argv[6]), std::atoi(argv[7])};
+  if (argc == 9 && std::strcmp(argv[1], "--child") == 0) {
+    Cell cell{argv[2], argv[3], argv[4], argv[5], std::atoi(argv[6]), std::atoi(argv[7]),
+              static_cast<size_t>(std::strtoull(argv[8], nullptr, 10))};
     return Rank(cell).run();
   }
   Cell cell;
@@ -472,6 +479,7 @@ int main(int argc, char** argv) {
     else if (arg == "--provider") cell.provider = value();
     else if (arg == "--ranks") cell.ranks = std::atoi(value().c_str());
     else if (arg == "--timeout-ms") cell.timeout_ms = std::atoi(value().c_str());
+    else if (arg == "--count") cell.count = static_cast<size_t>(std::strtoull(value().c_str(), nullptr, 10));
     else if (arg == "--repeat") repeat = std::atoi(value().c_str());
     else if (arg == "--verbose") verbose = true;
     else if (arg == "--stacks") g_stacks_dir = value();
@@ -485,6 +493,7 @@ int main(int argc, char** argv) {
   if (cell.ranks < 3 || cell.ranks > 16) usage("--ranks must be 3 to 16 (a victim and two survivors at least)");
   if (cell.timeout_ms < 200 || cell.timeout_ms > 60000) usage("--timeout-ms must be 200 to 60000");
   if (repeat < 1 || repeat > 1000) usage("--repeat must be 1 to 1000");
+  if (cell.count < 1 || cell.count > (size_t{1} << 26)) usage("--count must be 1 to 2^26 elements");
   // A cell that fails intermittently (a race with the victim's death) is run several times:
   // the first failed run decides.
   for (int run = 1; run <= repeat; ++run) {

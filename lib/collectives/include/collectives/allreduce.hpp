@@ -3,7 +3,8 @@
 //
 // The handle is put together from parts that each do one job: its spec (handle_spec.hpp:
 // arguments, agreement), its start policy (start_policy.hpp: who may start a round, one
-// per mode), its plan executor (plan_executor.hpp: the reduction's chunks and credits), its
+// per mode), its round executor (round_executor.hpp: a plan's chunks and credits, or the
+// direct plan's reads of peers' memory on one host), its
 // memory (handle_memory.hpp: work buffer, landing pool, carry, results) and its observers
 // (statistics, round trace). What is left here is the round itself: join, complete, hand
 // over, and the application's calls.
@@ -29,6 +30,7 @@
 #include <collectives/handle_memory.hpp>
 #include <collectives/handle_spec.hpp>
 #include <collectives/notification.hpp>
+#include <collectives/direct_executor.hpp>
 #include <collectives/plan_executor.hpp>
 #include <collectives/round_info.hpp>
 #include <collectives/round_trace.hpp>
@@ -66,6 +68,8 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   void destroy();
   // A copy of the counters, taken under the engine lock; `out` keeps its capacity.
   void stats(AllreduceStats& out) const;
+  // The reduction plan: "recursive_doubling", "rabenseifner" or "direct" (static storage).
+  const char* plan_name() const { return executor_->algorithm(); }
   // hash(seed, handle, round) mod P, whatever the mode (pcoll_allreduce_majority_initiator).
   int majority_initiator(uint64_t round) const;
 
@@ -134,6 +138,14 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   void reduce_chunk(const Step& step, const Chunk& chunk, uint64_t round, bool final) override;
   void send_credit(const Step& step, uint64_t round, uint32_t chunk) override;
   void settle_writes() override;
+  // The direct plan: peers' work buffers mapped here.
+  void signal_peer(int peer, uint32_t tag, uint64_t round) override;
+  void reduce_from_peer(int peer, size_t offset, size_t count, uint64_t round) override;
+  void copy_from_peer(int peer, size_t offset, size_t count, uint64_t round) override;
+  void final_elements(size_t offset, size_t count, uint64_t round) override;
+  const std::byte* peer_work(int peer) const { return peer_work_[static_cast<size_t>(peer)]; }
+  // Whether every peer's memory maps here, so that the direct plan can run.
+  bool peers_mapped() const;
   void step_started(uint64_t round, size_t step) override;
   void step_ended(uint64_t round, size_t step) override;
   // WriteSettler: before the work buffer is overwritten.
@@ -154,7 +166,8 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   std::chrono::milliseconds timeout_{30000};
 
   std::unique_ptr<StartPolicy> policy_;
-  std::unique_ptr<PlanExecutor> executor_;
+  std::unique_ptr<RoundExecutor> executor_;
+  bool direct_ = false;  // the direct plan (its executor reads peer_work_)
   // Handed to Comm::release_region when it goes, also when the constructor throws.
   struct MemoryRelease {
     Comm* comm = nullptr;
@@ -162,6 +175,7 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   };
   std::unique_ptr<HandleMemory, MemoryRelease> memory_;
   std::vector<std::unique_ptr<transport::RemoteRegion>> peers_;
+  std::vector<const std::byte*> peer_work_;  // [rank]: its work buffer mapped here (direct plan)
   transport::Bytes key_;  // this rank's registration key, for the creation agreement
 
   StatsObserver stats_;

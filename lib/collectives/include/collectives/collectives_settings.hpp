@@ -15,6 +15,7 @@ namespace settings {
 
 inline constexpr std::string_view kYieldChoices[] = {"auto", "always", "never"};
 inline constexpr std::string_view kNotifyBitsChoices[] = {"auto", "32", "64"};
+inline constexpr std::string_view kPlanChoices[] = {"auto", "flat"};
 
 inline constexpr auto kCollectivesRows = std::to_array<Setting>({
     {.name = "PCOLL_SPIN_US", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "50",
@@ -44,6 +45,9 @@ inline constexpr auto kCollectivesRows = std::to_array<Setting>({
      .min = 0, .max = uint64_t{1} << 40,
      .doc = "recursive doubling up to this many bytes of the vector (accumulation type), "
             "Rabenseifner above"},
+    {.name = "PCOLL_PLAN", .kind = Kind::user, .type = Type::choice, .fallback = "auto", .choices = kPlanChoices,
+     .doc = "reduction plan above PCOLL_RD_MAX_BYTES: auto (ranks that all map each other's memory, "
+            "one host on ucx:shm, reduce from it where it lies; others Rabenseifner) or flat (Rabenseifner always)"},
     {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
      .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
 });

@@ -15,32 +15,11 @@
 #include <vector>
 
 #include <collectives/reduce_plan.hpp>
+#include <collectives/round_executor.hpp>
 
 namespace pcoll {
 
-// What the executor asks of the world.
-class ExecutorPort {
- public:
-  virtual ~ExecutorPort() = default;
-  // Write chunk `chunk` of `step`'s send for `round` to the step's peer and notify it: from
-  // this rank's work buffer at chunk.offset, into the peer's work buffer (a transfer that
-  // lands in the result) or its landing ring (send.landing_offset(round, chunk.index)).
-  virtual void write_chunk(const Step& step, const Chunk& chunk, uint64_t round) = 0;
-  // Reduce the arrived chunk `chunk` of `step`'s recv for `round` from its landing position
-  // into the work buffer. `final`: its elements are now final results (the last step of
-  // recursive doubling), ready to be handed to the application.
-  virtual void reduce_chunk(const Step& step, const Chunk& chunk, uint64_t round, bool final) = 0;
-  // Tell the step's peer that the chunks below `chunk` of round `round` of this exchange are
-  // reduced (their ring positions are free again).
-  virtual void send_credit(const Step& step, uint64_t round, uint32_t chunk) = 0;
-  // Complete every write posted so far, locally: their source bytes may change afterwards.
-  virtual void settle_writes() = 0;
-  // A step began or ended (the round trace, a simulator's breakdown).
-  virtual void step_started(uint64_t /*round*/, size_t /*step*/) {}
-  virtual void step_ended(uint64_t /*round*/, size_t /*step*/) {}
-};
-
-class PlanExecutor {
+class PlanExecutor final : public RoundExecutor {
  public:
   // `inject_elems`: writes of up to this many elements complete locally at once (the
   // provider's inject size); larger ones must be settled before their source is reused.
@@ -50,33 +29,35 @@ class PlanExecutor {
   const ReducePlan& plan() const { return plan_; }
 
   // A new round begins at step 0 (the engine joined it).
-  void begin_round();
+  void begin_round() override;
   // Runs round `round` (the engine's active round) as far as arrivals, credits and the
   // execution rules allow. True once every step is done.
-  bool run(uint64_t round, ExecutorPort& port);
+  bool run(uint64_t round, ExecutorPort& port) override;
   // Round `round` completed: its arrivals are forgotten, so that its ring parity serves
   // round + 2.
-  void end_round(uint64_t round);
+  void end_round(uint64_t round) override;
 
   // A data notification for chunk `chunk` of exchange `tag` of round `round` arrived while
   // `completed` rounds are complete. True when it is new; a duplicate (of a chunk already
   // counted, or of a completed round) is counted and ignored; anything else (a round beyond
   // the next, an exchange or chunk the plan does not have) is Errc::protocol.
-  bool on_data(uint64_t round, uint64_t completed, uint32_t tag, uint32_t chunk);
+  bool on_data(uint64_t round, uint64_t completed, uint32_t tag, uint32_t chunk) override;
   // The receiver of our sends of exchange `tag` reduced the chunks below `chunk` of round
   // `round`. True when that frees positions we did not know free.
-  bool on_credit(uint64_t round, uint32_t tag, uint32_t chunk);
+  bool on_credit(uint64_t round, uint32_t tag, uint32_t chunk) override;
 
   // Before the work buffer is overwritten (a new contribution, a carry): settles our
   // writes if one may still read it.
-  void settle(ExecutorPort& port);
+  void settle(ExecutorPort& port) override;
 
   // The peer the active step waits on, or -1 between steps and rounds.
-  int awaited_peer() const { return step_ < plan_.steps.size() ? plan_.steps[step_].peer : -1; }
+  int awaited_peer() const override { return step_ < plan_.steps.size() ? plan_.steps[step_].peer : -1; }
   // Times the executor moved on (an arrival counted, a credit heard, a step ended): the
   // engine folds it into how it tells a busy round from a stuck one.
-  uint64_t moves() const { return moves_; }
-  uint64_t duplicates() const { return duplicates_; }
+  uint64_t moves() const override { return moves_; }
+  uint64_t duplicates() const override { return duplicates_; }
+  const char* algorithm() const override { return algorithm_name(plan_.algorithm); }
+  size_t step_count() const override { return plan_.steps.size(); }
 
  private:
   bool post_sends(const Step& step, uint64_t round, ExecutorPort& port);

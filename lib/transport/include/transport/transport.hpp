@@ -103,6 +103,11 @@ class RemoteRegion {
   virtual ~RemoteRegion() = default;
   int peer() const { return peer_; }
   size_t size() const { return size_; }
+  // The peer's memory mapped into this process, for loads (and stores) of its own: a peer on
+  // this host whose provider maps its regions here (Transport::maps_memory_of). Empty where
+  // it does not. Ordering is the caller's: read what the peer published with a notification
+  // only after that notification arrived.
+  virtual std::span<std::byte> mapped() const { return {}; }
 
  protected:
   RemoteRegion(int peer, size_t size) : peer_(peer), size_(size) {}
@@ -168,6 +173,10 @@ class Transport {
   // Counts of the paths notify()/write_notify() to `peer` took so far (see
   // NotificationPaths); all zero where the provider has one path only.
   virtual NotificationPaths notification_paths(int /*peer*/) const { return {}; }
+  // Whether regions `peer` allocates (allocate()) will be mapped here once imported
+  // (RemoteRegion::mapped): known once connect() returned, so that ranks can choose a plan
+  // that reads a peer's memory before any region exists. False by default.
+  virtual bool maps_memory_of(int /*peer*/) const { return false; }
 
   // --- 64-bit remote atomics on an 8-byte-aligned word. Blocking; return the old value.
   // Where capabilities().remote_atomics is false each throws Errc::unsupported naming the

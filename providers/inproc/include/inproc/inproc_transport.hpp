@@ -132,11 +132,16 @@ class InprocLocalRegion final : public LocalRegion {
 // A peer's region, from its key.
 class InprocRemoteRegion final : public RemoteRegion {
  public:
-  InprocRemoteRegion(int peer, uint64_t id, size_t size) : RemoteRegion(peer, size), id_(id) {}
+  InprocRemoteRegion(int peer, uint64_t id, size_t size, std::span<std::byte> bytes)
+      : RemoteRegion(peer, size), id_(id), bytes_(bytes) {}
   uint64_t id() const { return id_; }
+  // Ranks share the process: the peer's memory is right here (valid while the peer keeps
+  // the region registered, which a collective's protocol guarantees while it reads it).
+  std::span<std::byte> mapped() const override { return bytes_; }
 
  private:
   uint64_t id_;
+  std::span<std::byte> bytes_;
 };
 
 class InprocTransport final : public Transport {
@@ -152,7 +157,8 @@ class InprocTransport final : public Transport {
 
   std::unique_ptr<LocalRegion> allocate(size_t bytes) override;
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
-
+  // Every peer: they are threads of this process.
+  bool maps_memory_of(int peer) const override { return rank_ >= 0 && peer != rank_ && peer >= 0 && peer < size(); }
 
 
   void flush() override;

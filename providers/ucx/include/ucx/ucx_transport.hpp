@@ -377,7 +377,10 @@ class UcxRemoteRegion final : public RemoteRegion {
   ucp_rkey_h rkey() const { return rkey_; }
   const UcxCore* core() const { return core_.get(); }
   // The region in this process's address space where UCX maps it (shared memory), or null.
-  std::byte* mapped() const { return mapped_; }
+  std::byte* mapped_at() const { return mapped_; }
+  std::span<std::byte> mapped() const override {
+    return mapped_ ? std::span<std::byte>(mapped_, bytes_) : std::span<std::byte>{};
+  }
 
  private:
   std::shared_ptr<UcxCore> core_;
@@ -402,6 +405,7 @@ class UcxTransport final : public Transport {
   std::unique_ptr<LocalRegion> register_memory(std::span<std::byte> memory) override;
 
   NotificationPaths notification_paths(int peer) const override;
+  bool maps_memory_of(int peer) const override;
 
 
   void flush() override;

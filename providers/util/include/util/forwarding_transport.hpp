@@ -23,6 +23,7 @@ class ForwardingTransport : public Transport {
     return inner_->register_memory(memory);
   }
   NotificationPaths notification_paths(int peer) const override { return inner_->notification_paths(peer); }
+  bool maps_memory_of(int peer) const override { return inner_->maps_memory_of(peer); }
   void flush() override { inner_->flush(); }
   void progress() override { inner_->progress(); }
   size_t poll(std::span<uint64_t> out) override { return inner_->poll(out); }
