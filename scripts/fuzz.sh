@@ -15,9 +15,11 @@ fi
 if [[ ! -f build-fuzz/build.ninja ]]; then
   # A build of its own, so the gcc build in build/ is left as it is. The libraries get
   # coverage instrumentation (fuzzer-no-link); the targets link libFuzzer.
-  CC=clang CXX=clang++ meson setup build-fuzz -Dfuzz=true -Dbuildtype=debugoptimized \
+  # -O1 with line tables only, as the sanitizer builds.
+  CC=clang CXX=clang++ meson setup build-fuzz -Dfuzz=true -Doptimization=1 -Ddebug=false \
     -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dc_args=-fsanitize=fuzzer-no-link -Dcpp_args=-fsanitize=fuzzer-no-link
+    -Dc_args='-fsanitize=fuzzer-no-link -gline-tables-only' \
+    -Dcpp_args='-fsanitize=fuzzer-no-link -gline-tables-only'
 fi
 targets=()
 for source in tests/fuzz/fuzz_*.cpp; do

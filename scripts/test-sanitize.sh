@@ -19,9 +19,15 @@
 # Only what the chosen tests run is built (scripts/test-targets.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# -O1 with line tables only (-g1): the sanitizers' reports keep function names and lines,
+# and the build takes about half the time of -O2 -g (27 s against 12 s for the engine's
+# largest file here). An existing build directory is brought to these options.
+options=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1 -Ddebug=false
+         -Dc_args='-g1 -fno-omit-frame-pointer' -Dcpp_args='-g1 -fno-omit-frame-pointer' -Dpython=disabled)
 if [[ ! -f build-sanitize/build.ninja ]]; then
-  meson setup build-sanitize -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dbuildtype=debugoptimized -Dpython=disabled
+  meson setup build-sanitize "${options[@]}"
+else
+  meson configure build-sanitize "${options[@]}"
 fi
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

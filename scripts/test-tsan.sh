@@ -8,8 +8,13 @@
 # runs inside TSan's thread teardown), a UCX matter, not pcoll's. Any report fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# -O1 with line tables only (-g1), as the AddressSanitizer build: reports keep their stacks.
+options=(-Db_sanitize=thread -Db_lundef=false -Doptimization=1 -Ddebug=false
+         -Dc_args=-g1 -Dcpp_args=-g1 -Ducx=disabled)
 if [[ ! -f build-tsan/build.ninja ]]; then
-  meson setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Ducx=disabled
+  meson setup build-tsan "${options[@]}"
+else
+  meson configure build-tsan "${options[@]}"
 fi
 # Only what runs: the rest of the tree (perf tools, multi-process tests) adds build time
 # and nothing TSan could check here.

@@ -30,8 +30,12 @@ fi
 
 started=$SECONDS
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
+# Unoptimised (-O0, no debug info): the test is about the packaging (the wheel's contents,
+# its install, a round from it), and a release build of the whole library took about two
+# of CI's minutes here. A real `pip install` builds with the package's defaults (release).
 "$work/venv/bin/pip" install --quiet --no-build-isolation --no-index \
-  --config-settings builddir="$work/wheel-build" "$work/src"
+  --config-settings builddir="$work/wheel-build" \
+  --config-settings setup-args=-Doptimization=0 --config-settings setup-args=-Ddebug=false "$work/src"
 echo "pip_install: venv and pip install took $((SECONDS - started)) s"
 
 cat > "$work/round.py" <<'PY'
