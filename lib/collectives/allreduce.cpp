@@ -394,8 +394,7 @@ void Allreduce::write_chunk(const Step& step, const Chunk& chunk, uint64_t round
 void Allreduce::reduce_chunk(const Step& step, const Chunk& chunk, uint64_t round, bool final) {
   reduce_into(spec_.dtype, spec_.op, memory_->work() + memory_->acc_bytes(chunk.offset),
               memory_->landing() + memory_->acc_bytes(step.recv->landing_offset(round, chunk.index)), chunk.count);
-  if (final && posted_ && posted_->round == round && !posted_->delivered)
-    memory_->deliver_early(posted_->recvbuf, pending_late_, chunk.offset, chunk.count);
+  if (final) final_elements(chunk.offset, chunk.count, round);
 }
 
 void Allreduce::send_credit(const Step& step, uint64_t round, uint32_t chunk) {
