@@ -15,6 +15,8 @@
 #include <collectives/comm.hpp>
 #include <collectives/dtype.hpp>
 #include <collectives/enum_names.hpp>
+#include <collectives/executor_choice.hpp>
+#include <collectives/join_rule.hpp>
 #include <collectives/mode_table.hpp>
 #include <collectives/reduce_kernels.hpp>
 #include <support/copy.hpp>
@@ -89,41 +91,33 @@ Allreduce::Allreduce(Comm& comm, const HandleSpec& spec, const std::string& inva
 void Allreduce::prepare() {
   check_dtype(spec_.dtype);
   check_op(spec_.op);
-  const size_t acc_elem_bytes = wire_element_bytes(spec_.dtype);
-  const size_t total_elems = spec_.count + 2 * static_cast<size_t>(size_);
-  // The threshold is about the caller's vector: a 64 KiB gradient stays on recursive
-  // doubling at the default, whatever the 2P flag elements add.
-  const ReduceAlgorithm algorithm = choose_algorithm(size_, spec_.count * acc_elem_bytes, spec_.rd_max_bytes);
-  const size_t chunk_elems = chunk_elems_for(total_elems, spec_.chunk_bytes, acc_elem_bytes, codec_.max_chunks());
-  // Above the recursive-doubling size, ranks that all map each other's memory read it where
-  // it lies (direct_executor.hpp); PCOLL_PLAN=flat keeps the chunked plan.
-  direct_ = !spec_.flat_plan && size_ > 1 && spec_.count * acc_elem_bytes > spec_.rd_max_bytes &&
-            static_cast<uint32_t>(size_) <= codec_.max_chunks() && DirectExecutor::kPhases <= codec_.max_tags() &&
-            peers_mapped();
-  // The landing pool of one exchange: PCOLL_POOL_BYTES worth of chunks, at least two.
-  const size_t pool_chunks = std::max<size_t>(2, spec_.pool_bytes / (chunk_elems * acc_elem_bytes));
-  ReducePlan plan = make_plan(algorithm, size_, rank_, direct_ ? 0 : total_elems, chunk_elems, pool_chunks);
-  if (plan.tag_count > codec_.max_tags())
-    fail(Errc::unsupported, "a reduction plan over " + std::to_string(size_) + " ranks needs " +
-                                std::to_string(plan.tag_count) + " exchange tags; " + codec_.describe() +
-                                " number at most " + std::to_string(codec_.max_tags()));
-  const ModeRow& mode = *find_mode(spec_.mode);
   const transport::Capabilities& caps = transport_.capabilities();
+  ExecutorInputs inputs;
+  inputs.ranks = size_;
+  inputs.rank = rank_;
+  inputs.handle = id_;
+  inputs.count = spec_.count;
+  inputs.acc_elem_bytes = wire_element_bytes(spec_.dtype);
+  inputs.chunk_bytes = spec_.chunk_bytes;
+  inputs.pool_bytes = spec_.pool_bytes;
+  inputs.rd_max_bytes = spec_.rd_max_bytes;
+  inputs.flat_plan = spec_.flat_plan;
+  inputs.peers_mapped = peers_mapped();
+  inputs.max_chunks = codec_.max_chunks();
+  inputs.max_tags = codec_.max_tags();
+  inputs.codec = codec_.describe();
+  inputs.inject_bytes = caps.inject_bytes;
+  ChosenExecutor chosen = choose_executor(inputs);
+  direct_ = chosen.direct;
+  const ModeRow& mode = *find_mode(spec_.mode);
   if (mode.needs_remote_atomics && !caps.remote_atomics)
     fail(Errc::unsupported, std::string(name_of(mode_names(), mode.mode)) + " handles count arrivals with 64-bit "
                             "remote atomics, which provider " + caps.name + " does not have; use solo or majority "
                             "here, or a provider with atomics (pcoll_info: atomics)");
   policy_ = mode.make_policy(PolicyContext{rank_, size_, id_, spec_.opts});
-  check_host_memory(HandleMemory::footprint(spec_, size_, plan.landing_elems(), policy_->counter_words()));
-  memory_.reset(new HandleMemory(transport_, spec_, rank_, size_, plan.landing_elems(), policy_->counter_words(), *this));
-  if (direct_) {
-    // The cache block of the direct plan's reductions: a chunk, at most 64 KiB, so that a
-    // block and its P - 1 sources stay in a core's cache.
-    const size_t block = std::min(chunk_elems, std::max<size_t>(1, 65536 / acc_elem_bytes));
-    executor_ = std::make_unique<DirectExecutor>(size_, rank_, total_elems, block, id_);
-  } else {
-    executor_ = std::make_unique<PlanExecutor>(std::move(plan), caps.inject_bytes / acc_elem_bytes, id_);
-  }
+  check_host_memory(HandleMemory::footprint(spec_, size_, chosen.landing_elems, policy_->counter_words()));
+  memory_.reset(new HandleMemory(transport_, spec_, rank_, size_, chosen.landing_elems, policy_->counter_words(), *this));
+  executor_ = std::move(chosen.executor);
   if (!spec_.trace_dir.empty()) {
     trace_ = std::make_unique<TraceObserver>(
         spec_.trace_dir, spec_.trace_clock_skew_ns,
@@ -217,24 +211,22 @@ int Allreduce::majority_initiator(uint64_t round) const {
 
 // --- The conditions to join ---------------------------------------------------------------
 
-bool Allreduce::lag_allows(uint64_t round) const {
-  // Join round t only once the application has called run(t - max_lag).
-  const uint64_t lag = spec_.opts.max_lag;
-  return round < lag || app_next_ >= round - lag + 1;
-}
-
 bool Allreduce::can_join(uint64_t round) {
-  const bool posted = app_next_ > round;
-  const bool flush = posted_ && posted_->round == round && posted_->flush;
-  if (flush || policy_->synchronous(round)) return posted;
-  // An application inside an agreement posts no round before it ends; a peer's round it
-  // has not posted waits (docs/design.md, "Mismatched calls").
-  if (!posted && comm_.in_agreement_locked()) return false;
-  if (round < activated_) return lag_allows(round);
-  if (!posted || !policy_->starts(round, Clock::now())) return false;
-  // The application posted a round nobody has activated yet, and the policy starts it.
-  initiate(round);
-  return true;
+  JoinView view;
+  view.posted = app_next_;
+  view.flush_posted = posted_ && posted_->flush;
+  view.activated = activated_;
+  view.max_lag = spec_.opts.max_lag;
+  view.in_agreement = comm_.in_agreement_locked();
+  switch (decide_join(*policy_, view, round, Clock::now())) {
+    case JoinDecision::wait: return false;
+    case JoinDecision::join: return true;
+    case JoinDecision::initiate:
+      // The application posted a round nobody has activated yet, and the policy starts it.
+      initiate(round);
+      return true;
+  }
+  return false;
 }
 
 void Allreduce::initiate(uint64_t round) {

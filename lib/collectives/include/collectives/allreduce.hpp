@@ -110,7 +110,6 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   void estimate_clock_offset();
 
   // Rounds, engine lock held.
-  bool lag_allows(uint64_t round) const;
   bool can_join(uint64_t round);
   void initiate(uint64_t round);
   void join(uint64_t round);

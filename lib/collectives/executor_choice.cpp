@@ -1,0 +1,42 @@
+// The choice of a handle's round executor (executor_choice.hpp).
+#include <collectives/executor_choice.hpp>
+
+#include <algorithm>
+
+#include <collectives/direct_executor.hpp>
+#include <collectives/plan_executor.hpp>
+#include <collectives/reduce_plan.hpp>
+#include <support/error.hpp>
+
+namespace pcoll {
+
+ChosenExecutor choose_executor(const ExecutorInputs& in) {
+  const size_t total_elems = in.count + 2 * static_cast<size_t>(in.ranks);
+  // The threshold is about the caller's vector: a 64 KiB gradient stays on recursive
+  // doubling at the default, whatever the 2P flag elements add.
+  const ReduceAlgorithm algorithm = choose_algorithm(in.ranks, in.count * in.acc_elem_bytes, in.rd_max_bytes);
+  const size_t chunk_elems = chunk_elems_for(total_elems, in.chunk_bytes, in.acc_elem_bytes, in.max_chunks);
+  ChosenExecutor chosen;
+  chosen.direct = !in.flat_plan && in.ranks > 1 && in.count * in.acc_elem_bytes > in.rd_max_bytes &&
+                  static_cast<uint32_t>(in.ranks) <= in.max_chunks && DirectExecutor::kPhases <= in.max_tags &&
+                  in.peers_mapped;
+  // The landing pool of one exchange: pool_bytes worth of chunks, at least two.
+  const size_t pool_chunks = std::max<size_t>(2, in.pool_bytes / (chunk_elems * in.acc_elem_bytes));
+  ReducePlan plan = make_plan(algorithm, in.ranks, in.rank, chosen.direct ? 0 : total_elems, chunk_elems, pool_chunks);
+  if (plan.tag_count > in.max_tags)
+    fail(Errc::unsupported, "a reduction plan over " + std::to_string(in.ranks) + " ranks needs " +
+                                std::to_string(plan.tag_count) + " exchange tags; " + in.codec + " number at most " +
+                                std::to_string(in.max_tags));
+  chosen.landing_elems = plan.landing_elems();
+  if (chosen.direct) {
+    // The cache block of the direct plan's reductions: a chunk, at most 64 KiB, so that a
+    // block and its P - 1 sources stay in a core's cache.
+    const size_t block = std::min(chunk_elems, std::max<size_t>(1, 65536 / in.acc_elem_bytes));
+    chosen.executor = std::make_unique<DirectExecutor>(in.ranks, in.rank, total_elems, block, in.handle);
+  } else {
+    chosen.executor = std::make_unique<PlanExecutor>(std::move(plan), in.inject_bytes / in.acc_elem_bytes, in.handle);
+  }
+  return chosen;
+}
+
+}  // namespace pcoll

@@ -1,0 +1,37 @@
+// When a rank's engine joins a round: the rule of docs/design.md "Semantics" (bounded lag,
+// synchronous rounds, activation, the start policy), apart from the engine so that the
+// engine (allreduce.cpp) and the simulator (perf/sim) decide with the same code. Like the
+// policies it asks, it owns no thread, lock or clock.
+#pragma once
+
+#include <cstdint>
+
+#include <collectives/start_policy.hpp>
+
+namespace pcoll {
+
+// What one rank's engine knows when it looks at the next round to join.
+struct JoinView {
+  uint64_t posted = 0;          // rounds the application posted (run/start and flush calls)
+  bool flush_posted = false;    // the round posted last is a flush
+  uint64_t activated = 0;       // rounds below it were activated (by this rank or a root)
+  uint32_t max_lag = 1;
+  bool in_agreement = false;    // the application is inside a collective agreement
+};
+
+enum class JoinDecision {
+  wait,      // not yet
+  join,      // join now
+  initiate,  // join now, and this rank starts the round: it sends the activation
+};
+
+// Round t may be joined only once the application has posted round t - max_lag.
+bool lag_allows(uint64_t round, uint64_t posted, uint32_t max_lag);
+
+// Whether the engine joins `round` (the round after the last one it joined) now. A
+// synchronous round and a flush wait for this rank's own post; an activated round waits
+// for bounded lag only; one nobody activated yet is joined when this rank posted it and
+// its policy starts it (StartPolicy::starts, asked with `now`).
+JoinDecision decide_join(StartPolicy& policy, const JoinView& view, uint64_t round, PolicyClock::time_point now);
+
+}  // namespace pcoll
