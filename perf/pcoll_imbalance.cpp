@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "imbalance_model.hpp"
+#include "imbalance_options.hpp"
 #include <pcoll/pcoll.h>
 #include "perf_error.hpp"
 #include "perf_job.hpp"
@@ -40,152 +41,35 @@ namespace perf = pcoll::perf;
 using Kind = perf::ImbalanceModel::Kind;
 const char kTool[] = "pcoll_imbalance";
 
-const char kUsage[] =
+const std::string kUsageText = std::string(
     "usage: pcollrun -n N pcoll_imbalance [options]\n"
-    "       mpirun.openmpi -np N pcoll_imbalance [--modes ...,mpi] [options]\n"
-    "  --model M         paper (default), lognormal, slowrank, trace:FILE, none\n"
-    "  --modes LIST      comma-separated from sync, solo, majority, quorum[:K[:GRACE_US]], mpi\n"
-    "                    (default sync,solo,majority; e.g. sync,solo,quorum:2,quorum:3:500)\n"
-    "  --steps N         training steps per mode (default 100)\n"
-    "  --count N         float32 gradient elements (default 262144 = 1 MiB)\n"
-    "  --compute-ms C    compute time per step (default 20)\n"
-    "  --delay-ms D      paper: extra time of the two ranks drawn each step (default 16)\n"
-    "  --sigma S         lognormal: sigma of the log (default 0.5)\n"
-    "  --slow-rank K     slowrank: the slow rank (default 0)\n"
-    "  --slow-factor F   slowrank: its slowdown (default 2)\n"
-    "  --trace-scale X   trace: multiplies the file's times (default 1)\n"
-    "  --seed N          shared seed of the draws (default 42)\n"
-    "  --compute K       sleep (default) or spin (burns a CPU like real compute)\n"
-    "  --max-lag N       handle option (default 1)\n"
-    "  --sync-every K    handle option: every K-th round synchronous (default 0: never)\n"
-    "  --late carry|drop handle option (default carry)\n"
-    "  --json            one JSON object per mode instead of the table\n"
+    "       mpirun.openmpi -np N pcoll_imbalance [--modes ...,mpi] [options]\n") +
+    perf::kImbalanceOptionsUsage +
     "  --trace DIR       every rank writes a round trace per mode into DIR (PCOLL_TRACE);\n"
     "                    tools/pcoll_trace.py DIR prints the straggler report\n"
     "  -h, --help        this help\n"
     "trace:FILE is a CSV with the header step,rank,compute_ms and one row per (step, rank);\n"
     "steps wrap around, and the job may not have more ranks than the file.\n";
+const char* const kUsage = kUsageText.c_str();
 
 [[noreturn]] void usage_error(const std::string& message) { perf::usage_error(kTool, message, kUsage); }
 
 using perf::Mode;
-
-struct Options {
-  perf::ImbalanceModel model;
-  std::vector<perf::ModeSpec> modes{{Mode::sync}, {Mode::solo}, {Mode::majority}};
-  uint64_t steps = 100;
-  uint64_t count = 262144;
-  bool spin = false;
-  pcoll_allreduce_opts_t handle_opts{};
-  bool json = false;
-  std::string trace_dir;
-};
+using Options = perf::ImbalanceOptions;
 
 Options parse_options(int argc, char** argv) {
   Options o;
   pcoll_allreduce_opts_init(&o.handle_opts);
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      return argv[++i];
-    };
-    const auto number = [&](double min, double max) { return perf::parse_double(kTool, kUsage, value(), arg.c_str(), min, max); };
-    const auto integer = [&](uint64_t min, uint64_t max) { return perf::parse_uint(kTool, kUsage, value(), arg.c_str(), min, max); };
     if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else if (arg == "--model") {
-      const std::string v = value();
-      if (v == "paper") o.model.kind = Kind::paper;
-      else if (v == "lognormal") o.model.kind = Kind::lognormal;
-      else if (v == "slowrank") o.model.kind = Kind::slowrank;
-      else if (v == "none") o.model.kind = Kind::none;
-      else if (v.starts_with("trace:") && v.size() > 6) {
-        o.model.kind = Kind::trace;
-        o.model.trace_path = v.substr(6);
-      } else usage_error("--model '" + v + "' is not one of paper, lognormal, slowrank, trace:FILE, none");
-    } else if (arg == "--modes") {
-      const std::string v = value();
-      o.modes.clear();
-      std::istringstream list(v);
-      for (std::string name; std::getline(list, name, ',');) {
-        perf::ModeSpec m;
-        try {
-          m = perf::parse_mode_spec(name);
-        } catch (const perf::Error& e) {
-          usage_error(std::string("--modes: ") + e.what());
-        }
-        if (std::find(o.modes.begin(), o.modes.end(), m) != o.modes.end())
-          usage_error("--modes: '" + name + "' is listed twice");
-        o.modes.push_back(m);
-      }
-      if (o.modes.empty()) usage_error("--modes needs at least one of sync, solo, majority, quorum, mpi");
-    } else if (arg == "--steps") {
-      o.steps = integer(1, 10000000);
-    } else if (arg == "--count") {
-      o.count = integer(1, uint64_t{1} << 28);
-    } else if (arg == "--compute-ms") {
-      o.model.compute_ms = number(0.0, 3.6e6);
-    } else if (arg == "--delay-ms") {
-      o.model.delay_ms = number(0.0, 3.6e6);
-    } else if (arg == "--sigma") {
-      o.model.sigma = number(0.0, 10.0);
-    } else if (arg == "--slow-rank") {
-      o.model.slow_rank = static_cast<int>(integer(0, 65535));
-    } else if (arg == "--slow-factor") {
-      o.model.slow_factor = number(0.0, 1e6);
-    } else if (arg == "--trace-scale") {
-      o.model.trace_scale = number(0.0, 1e6);
-    } else if (arg == "--seed") {
-      o.model.seed = integer(0, UINT64_MAX);
-      o.handle_opts.seed = o.model.seed;
-    } else if (arg == "--compute") {
-      const std::string v = value();
-      if (v == "sleep") o.spin = false;
-      else if (v == "spin") o.spin = true;
-      else usage_error("--compute '" + v + "' is not sleep or spin");
-    } else if (arg == "--max-lag") {
-      o.handle_opts.max_lag = static_cast<uint32_t>(integer(1, 1u << 20));
-    } else if (arg == "--sync-every") {
-      o.handle_opts.sync_every = static_cast<uint32_t>(integer(0, UINT32_MAX));
-    } else if (arg == "--late") {
-      const std::string v = value();
-      if (v == "carry") o.handle_opts.late = PCOLL_LATE_CARRY;
-      else if (v == "drop") o.handle_opts.late = PCOLL_LATE_DROP;
-      else usage_error("--late '" + v + "' is not carry or drop");
-    } else if (arg == "--json") {
-      o.json = true;
-    } else if (arg == "--trace") {
-      o.trace_dir = value();
-      if (o.trace_dir.empty()) usage_error("--trace needs a directory");
-    } else {
-      usage_error("unknown option '" + arg + "'");
     }
+    if (!perf::parse_imbalance_option(kTool, kUsage, argc, argv, i, o)) usage_error("unknown option '" + arg + "'");
   }
-  if (o.model.kind == Kind::lognormal && o.model.compute_ms <= 0)
-    usage_error("--model lognormal needs --compute-ms > 0 (the mean)");
-  if (o.model.kind == Kind::trace) {
-    try {
-      perf::read_trace(o.model.trace_path);  // fail before any rank starts the transport
-    } catch (const perf::Error& e) {
-      usage_error(e.what());
-    }
-  }
+  perf::check_imbalance_options(kTool, kUsage, o);
   return o;
-}
-
-void write_schedule(const std::string& path, const std::vector<std::vector<double>>& schedule) {
-  FILE* out = std::fopen(path.c_str(), "w");
-  if (out == nullptr) {
-    std::fprintf(stderr, "pcoll_imbalance: cannot write %s\n", path.c_str());
-    return;
-  }
-  std::fputs("step,rank,compute_ms\n", out);
-  for (size_t step = 0; step < schedule.size(); ++step)
-    for (size_t rank = 0; rank < schedule[step].size(); ++rank)
-      std::fprintf(out, "%zu,%zu,%.6f\n", step, rank, schedule[step][rank]);
-  std::fclose(out);
 }
 
 // user + system CPU seconds of this process, all threads (the progress engine included).
@@ -300,13 +184,8 @@ int main(int argc, char** argv) {
     }
     // Next to the traces, the compute times each rank was given (step = round of each
     // mode's handle), in the trace:FILE format: what the report's lateness can be held to.
-    if (reporter && !options.trace_dir.empty()) write_schedule(options.trace_dir + "/pcoll_imbalance.schedule.csv", schedule);
-    double lower_bound_s = 0;
-    for (size_t r = 0; r < static_cast<size_t>(job.size()); ++r) {
-      double sum_ms = 0;
-      for (const auto& step : schedule) sum_ms += step[r];
-      lower_bound_s = std::max(lower_bound_s, sum_ms / 1e3);
-    }
+    if (reporter && !options.trace_dir.empty()) perf::write_schedule(options.trace_dir + "/pcoll_imbalance.schedule.csv", schedule);
+    const double lower_bound_s = perf::schedule_lower_bound_s(schedule, job.size());
     const int P = job.size();
     if (reporter && !options.json) {
       std::printf("# pcoll_imbalance: P=%d, provider %s, bootstrap %s, %llu steps, model %s, compute %s\n", P,

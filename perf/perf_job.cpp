@@ -71,47 +71,6 @@ void Job::reduce_over_ranks(std::span<double> values, pcoll_op_t op) {
 
 void Job::max_over_ranks(std::span<double> values) { reduce_over_ranks(values, PCOLL_OP_MAX); }
 
-std::string ModeSpec::name() const {
-  if (mode != Mode::quorum || (quorum == 0 && grace_us == 0)) return mode_name(mode);
-  // Appended piece by piece (g++ 12 warns falsely on "literal" + std::to_string here).
-  std::string text("quorum:");
-  text.append(std::to_string(quorum));
-  if (grace_us != 0) {
-    text.push_back(':');
-    text.append(std::to_string(grace_us));
-  }
-  return text;
-}
-
-pcoll_mode_t ModeSpec::pcoll_mode() const {
-  switch (mode) {
-    case Mode::sync: return PCOLL_MODE_SYNC;
-    case Mode::solo: return PCOLL_MODE_SOLO;
-    case Mode::majority: return PCOLL_MODE_MAJORITY;
-    case Mode::quorum: return PCOLL_MODE_QUORUM;
-    case Mode::mpi: break;
-  }
-  fail(PCOLL_ERR_INTERNAL, "MPI_Allreduce is not a pcoll mode");
-}
-
-void ModeSpec::apply(pcoll_allreduce_opts_t& opts) const {
-  opts.quorum = mode == Mode::quorum ? quorum : 0;
-  opts.grace_us = mode == Mode::quorum ? grace_us : 0;
-}
-
-ModeSpec parse_mode_spec(const std::string& text) {
-  for (const Mode m : {Mode::sync, Mode::solo, Mode::majority, Mode::quorum, Mode::mpi})
-    if (text == mode_name(m)) return ModeSpec{m};
-  if (text.rfind("quorum:", 0) != 0)
-    invalid_argument("'" + text + "' is not one of sync, solo, majority, quorum[:K[:GRACE_US]], mpi");
-  ModeSpec spec{Mode::quorum};
-  const std::string rest = text.substr(7);
-  const size_t colon = rest.find(':');
-  spec.quorum = static_cast<uint32_t>(parse_u64(rest.substr(0, colon), "quorum K in '" + text + "'", 1, 1u << 20));
-  if (colon != std::string::npos)
-    spec.grace_us = static_cast<uint32_t>(parse_u64(rest.substr(colon + 1), "quorum GRACE_US in '" + text + "'", 0, 60000000));
-  return spec;
-}
 void Job::sum_over_ranks(std::span<double> values) { reduce_over_ranks(values, PCOLL_OP_SUM); }
 
 void Job::barrier() {

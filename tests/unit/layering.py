@@ -25,7 +25,8 @@ import sys
 # Programs that reach pcoll through pcoll.h only, as an application does (pcoll_pingpong
 # measures the transport below the API and is not listed).
 PUBLIC_ONLY = ["perf/pcoll_allreduce.cpp", "perf/pcoll_imbalance.cpp", "perf/perf_job.cpp",
-               "perf/perf_args.cpp", "perf/imbalance_model.cpp"]
+               "perf/perf_args.cpp", "perf/imbalance_model.cpp",
+               "perf/imbalance_options.cpp"]
 # The lib/ layers a provider may use.
 PROVIDER_BASE = {"lib/support", "lib/transport"}
 
