@@ -8,6 +8,8 @@ packages=(build-essential pkg-config meson ninja-build cmake libfabric-dev libfa
           python3-dev pybind11-dev python3-numpy python3-torch python3-sklearn python3-pytest
           # pip install . (pyproject.toml): meson-python, pip and venv for a PEP 668 environment
           python3-mesonpy python3-pip python3-venv
+          # pcoll_sim (perf/sim): the engine replayed on SimGrid
+          libsimgrid-dev
           # fuzzing (scripts/fuzz.sh): clang and its libFuzzer runtime
           clang libclang-rt-14-dev
           # cluster integration (tests/cluster): launchers, PMI libraries, namespaces

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Checks of pcoll_sim that need more than its exit status (perf/meson.build, suite 'sim'):
+#
+#   sim_checks.sh ideal PCOLL_SIM REPLAY_PY P MODEL_ARGS...
+#       on the ideal platform, sync and solo wall times equal the plain schedule replay's
+#   sim_checks.sh rows PCOLL_SIM N ARGS...
+#       the run prints N JSON rows, each with the fields a pcoll_imbalance row has
+#   sim_checks.sh calibrate PCOLL_SIM PINGPONG PCOLLRUN
+#       calibrates this machine into a temporary file and simulates two ranks on it
+set -euo pipefail
+what=$1
+shift
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+case $what in
+  ideal)
+    sim=$1 replay=$2 ranks=$3
+    shift 3
+    "$sim" -n "$ranks" --platform ideal --modes sync,solo --write-schedule "$tmp/schedule.csv" --json "$@" > "$tmp/rows.json"
+    /usr/bin/python3 "$replay" "$tmp/schedule.csv" --check "$tmp/rows.json"
+    ;;
+  rows)
+    sim=$1 want=$2
+    shift 2
+    "$sim" "$@" --json > "$tmp/rows.json"
+    /usr/bin/python3 - "$tmp/rows.json" "$want" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+want = int(sys.argv[2])
+fields = ["tool", "mode", "P", "steps", "model", "count", "wall_s", "steps_per_s", "speedup_vs_sync",
+          "lower_bound_s", "efficiency", "fresh_fraction", "max_late_run", "cpu_s", "call_us_p50",
+          "activation_us", "exchange_us", "blocked_us", "reduce_us", "plan", "sim_runtime_s"]
+if len(rows) != want:
+    sys.exit(f"{len(rows)} rows, expected {want}")
+for row in rows:
+    missing = [f for f in fields if f not in row]
+    if missing:
+        sys.exit(f"row {row.get('mode')} lacks {missing}")
+    if not row["wall_s"] > 0 or not 0 < row["fresh_fraction"] <= 1 or row["efficiency"] > 1.0001:
+        sys.exit(f"row {row['mode']} is impossible: {row}")
+    if row["mode"] == "sync" and row["fresh_fraction"] != 1:
+        sys.exit(f"a sync round had a late contribution: {row}")
+print(f"{len(rows)} rows, plans {sorted(set(r['plan'] for r in rows))}")
+PY
+    ;;
+  calibrate)
+    sim=$1 pingpong=$2 pcollrun=$3
+    "$sim" calibrate --out "$tmp/calibrated.xml" --pingpong "$pingpong" --pcollrun "$pcollrun"
+    grep -q 'pcoll.reduce_bytes_per_s' "$tmp/calibrated.xml"
+    "$sim" -n 2 --calibration "$tmp/calibrated.xml" --model none --compute-ms 0 --steps 20 --count 1024 --modes sync
+    ;;
+  *)
+    echo "sim_checks.sh: unknown check '$what'" >&2
+    exit 2
+    ;;
+esac
