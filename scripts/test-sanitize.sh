@@ -12,7 +12,11 @@
 # and the 32-bit layout runs ('notify32': the codec is unit-tested and fuzzed under ASan).
 # CI's subset also leaves out suite 'slow' (the soak runs, the killed-rank test, which waits
 # out timeouts, and the longest absorbed-fault cell), suite 'config' (each a program refusing
-# one bad setting; the settings readers are fuzzed under ASan), and the collective cells
+# one bad setting; the settings readers are fuzzed under ASan), suite 'exhaustive' (the
+# schedule test's walk of every interleaving: pure logic, a minute here under ASan, run in
+# the default build and by --whole), suite 'scale' (the rules at P = 32 and 64 as threads:
+# the same code as P <= 8, minutes under ASan), the rules as threads at P = 2 and 4 (P = 3
+# runs), and the collective cells
 # that repeat a provider at another P: it runs the unit, threads, transport, bootstrap
 # (the store under hostile clients), fault and mismatch suites, and the collective
 # semantics once per ofi provider, routed over emulated hosts, and without atomics.
@@ -36,16 +40,21 @@ never=(--no-suite perf --no-suite cluster --no-suite ucx --no-suite python --no-
        --no-suite large --no-suite wide --no-suite notify32)
 whole=("${never[@]}")
 ci_suites=(--suite unit --suite threads --suite transport --suite bootstrap --suite fault --suite mismatch
-           "${never[@]}" --no-suite slow --no-suite config)
+           "${never[@]}" --no-suite slow --no-suite config --no-suite exhaustive --no-suite scale)
 ci_collective=('collective ofi-shm P=3' 'collective ofi-tcp P=2' 'quorum refused without remote atomics ofi-shm P=2'
                'routed ofi, two emulated hosts P=4' 'ofi-shm leaves no file in /dev/shm after SIGKILL')
 run() {
+  local selection=()
+  for a in "$@"; do [[ $a == --test-args=* ]] || selection+=("$a"); done
   # shellcheck disable=SC2046
-  ninja -C build-sanitize $(/usr/bin/python3 scripts/test-targets.py build-sanitize "$@")
+  ninja -C build-sanitize $(/usr/bin/python3 scripts/test-targets.py build-sanitize "${selection[@]}")
   meson test -C build-sanitize --no-rebuild --num-processes 1 --print-errorlogs --timeout-multiplier 3 "$@"
 }
 if (($# == 0)); then
-  run "${ci_suites[@]}"
+  run "${ci_suites[@]}" --no-suite engine_rules
+  # The engine's rules as threads at P = 3 alone (the fold-in of a non-power-of-two, every
+  # rule): P = 2 and 4 add nothing the sanitizers would see (ThreadSanitizer runs all three).
+  run 'engine rules as threads P=2..4' --test-args=--ranks=3
   run "${ci_collective[@]}"
 elif [[ $1 == --whole ]]; then
   shift
