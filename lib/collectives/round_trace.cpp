@@ -48,6 +48,7 @@ RoundTrace::RoundTrace(std::string directory, int64_t clock_skew_ns)
     : directory_(std::move(directory)), clock_skew_ns_(clock_skew_ns), events_(kCapacity) {}
 
 int64_t RoundTrace::now_ns() const {
+  if (clock_ != nullptr) return clock_() + clock_skew_ns_;
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
              .count() +
          clock_skew_ns_;

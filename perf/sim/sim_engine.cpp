@@ -13,6 +13,7 @@
 #include <collectives/join_rule.hpp>
 #include <collectives/mode_table.hpp>
 #include <collectives/notification.hpp>
+#include <collectives/round_trace.hpp>
 
 #include "perf_error.hpp"
 
@@ -31,6 +32,8 @@ PolicyClock::time_point policy_now() {
   return PolicyClock::time_point(
       std::chrono::duration_cast<PolicyClock::duration>(std::chrono::duration<double>(now_s())));
 }
+
+int64_t simulated_ns() { return static_cast<int64_t>(now_s() * 1e9); }
 
 double seconds_of(PolicyClock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); }
 
@@ -88,6 +91,19 @@ class RankEngine final : public ExecutorPort {
     blocked_s_ = reduce_s_ = busy_s_ = 0;
     messages_ = bytes_ = 0;
     pending_writes_.clear();
+    initiated_current_ = false;
+    trace_.reset();
+    if (!job_.spec().trace_dir.empty()) {
+      trace_ = std::make_unique<TraceObserver>(job_.spec().trace_dir, 0,
+                                               RoundTrace::Header{rank_, size_, handle, spec.name(), 0});
+      trace_->trace().set_clock(simulated_ns);
+    }
+  }
+
+  // Writes this rank's round trace of the mode that ended (--trace).
+  void write_trace() {
+    if (trace_) trace_->write();
+    trace_.reset();
   }
 
   const char* plan() const { return executor_->algorithm(); }
@@ -180,6 +196,12 @@ class RankEngine final : public ExecutorPort {
   void copy_from_peer(int, size_t, size_t count, uint64_t) override {
     spend_work(static_cast<double>(count * kAccBytes) / costs_.copy_bytes_per_s);
   }
+  void step_started(uint64_t round, size_t step) override {
+    if (trace_) trace_->step_started(round, step);
+  }
+  void step_ended(uint64_t round, size_t step) override {
+    if (trace_) trace_->step_ended(round, step);
+  }
   void final_elements(size_t, size_t count, uint64_t round) override {
     // The application waits for this round: its elements go to it while in cache.
     if (awaited_ == round) {
@@ -249,11 +271,13 @@ class RankEngine final : public ExecutorPort {
         // Forward along root's tree, as the engine does, even when already joined.
         for (const int child : activation::tree_children(rank_, root, size_)) send_activation(child, root, m.round);
         activated_ = std::max(activated_, m.round + 1);
+        if (trace_) trace_->activation_received(m.round, root);
         return;
       }
       case Message::Kind::atomic_reply: {
         const bool counts = !policy_->synchronous(m.round) && !m.flush;
-        policy_->arrival_counted(m.round, m.value, counts, policy_now());
+        const uint64_t arrived = policy_->arrival_counted(m.round, m.value, counts, policy_now());
+        if (trace_) trace_->arrival_counted(m.round, arrived);
         return;
       }
       case Message::Kind::post: return on_post(m.round, m.flush);
@@ -263,9 +287,14 @@ class RankEngine final : public ExecutorPort {
 
   void on_post(uint64_t round, bool flush) {
     spend(costs_.call_s);
+    if (trace_) {
+      if (flush) trace_->flush_posted(round);
+      else trace_->posted(round, round < joined_);
+    }
     posted_ = round + 1;
     flush_posted_ = flush;
     awaited_ = round;
+    late_post_ = round < joined_;
     delivered_early_ = false;
     // A round the engine joined without this rank's data: its sendbuf goes into the carry.
     if (!flush && round < joined_ && carry_late_) carry_ = true;
@@ -304,6 +333,12 @@ class RankEngine final : public ExecutorPort {
         case JoinDecision::initiate:
           for (const int child : activation::tree_children(rank_, rank_, size_)) send_activation(child, rank_, joined_);
           activated_ = std::max(activated_, joined_ + 1);
+          initiated_current_ = true;
+          {
+            int& initiator = job_.rounds_[joined_].initiator;
+            initiator = initiator < 0 ? rank_ : std::min(initiator, rank_);
+          }
+          if (trace_) trace_->activation_sent(joined_, rank_);
           [[fallthrough]];
         case JoinDecision::join: join(joined_); break;
       }
@@ -312,6 +347,7 @@ class RankEngine final : public ExecutorPort {
 
   void join(uint64_t round) {
     const bool fresh = posted_ == round + 1;
+    const bool carried = carry_;
     // The contribution: the sendbuf (or the carry) copied into the work buffer, and a carry
     // reduced into a fresh sendbuf.
     copy(job_.spec().options.count);
@@ -326,6 +362,7 @@ class RankEngine final : public ExecutorPort {
       late_run_ = fresh ? 0 : late_run_ + 1;
       max_late_run_ = std::max(max_late_run_, late_run_);
     }
+    if (trace_) trace_->joined(round, fresh, fresh && flush_posted_, carried);
     executor_->begin_round();
     ++joined_;
   }
@@ -336,6 +373,14 @@ class RankEngine final : public ExecutorPort {
     ++completed_;
     auto& record = job_.rounds_[round];
     record.last_complete = std::max(record.last_complete, now_s());
+    if (trace_) {
+      RoundInfo info;
+      info.round = round;
+      info.initiator = record.initiator;
+      info.fresh = static_cast<int>(record.fresh);
+      trace_->completed(info, initiated_current_, round + 1 == rounds_total_, awaited_ != round);
+    }
+    initiated_current_ = false;
     if (awaited_ == round) hand_over(round);
   }
 
@@ -343,6 +388,7 @@ class RankEngine final : public ExecutorPort {
   void hand_over(uint64_t round) {
     if (!delivered_early_) copy(job_.spec().options.count);
     catch_up();
+    if (trace_) trace_->delivered(round, round < joined_ && posted_ == round + 1 && late_post_);
     awaited_ = UINT64_MAX;
     delivered_ = round + 1;
     app_cv_->notify_one();
@@ -367,6 +413,9 @@ class RankEngine final : public ExecutorPort {
   uint64_t rounds_total_ = 0;
   uint64_t posted_ = 0, joined_ = 0, completed_ = 0, activated_ = 0;
   bool flush_posted_ = false;
+  bool late_post_ = false;         // the round posted last was joined before its post
+  bool initiated_current_ = false; // this rank activated the active round
+  std::unique_ptr<TraceObserver> trace_;
   bool carry_ = false;             // a late sendbuf waits in the carry
   uint64_t awaited_ = UINT64_MAX;  // the round the application waits for
   bool delivered_early_ = false;   // its result went out during the final reductions
@@ -486,6 +535,7 @@ void SimJob::begin_mode(size_t index) {
 }
 
 void SimJob::end_mode(size_t index) {
+  for (auto& e : engines_) e->write_trace();
   ModeOutcome out;
   out.mode = spec_.options.modes[index];
   out.wall_s = now_s() - mode_start_;

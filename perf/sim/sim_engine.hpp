@@ -107,6 +107,7 @@ class SimJob {
   struct RoundRecord {
     double first_join = -1, last_join = 0, last_complete = 0, slowest_call = 0;
     uint32_t fresh = 0;
+    int initiator = -1;  // the lowest rank that activated it (the trace's initiator)
   };
   std::vector<RoundRecord> rounds_;
 };

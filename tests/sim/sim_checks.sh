@@ -5,6 +5,8 @@
 #       on the ideal platform, sync and solo wall times equal the plain schedule replay's
 #   sim_checks.sh rows PCOLL_SIM N ARGS...
 #       the run prints N JSON rows, each with the fields a pcoll_imbalance row has
+#   sim_checks.sh trace PCOLL_SIM PCOLL_TRACE_PY
+#       --trace writes PCOLL_TRACE's files: tools/pcoll_trace.py reads them and names the slow rank
 #   sim_checks.sh calibrate PCOLL_SIM PINGPONG PCOLLRUN
 #       calibrates this machine into a temporary file and simulates two ranks on it
 set -euo pipefail
@@ -42,6 +44,17 @@ for row in rows:
         sys.exit(f"a sync round had a late contribution: {row}")
 print(f"{len(rows)} rows, plans {sorted(set(r['plan'] for r in rows))}")
 PY
+    ;;
+  trace)
+    sim=$1 report=$2
+    "$sim" -n 5 --platform fat-tree --model slowrank --slow-rank 3 --compute-ms 2 --steps 12 --modes sync,solo \
+      --trace "$tmp" > /dev/null
+    /usr/bin/python3 "$report" "$tmp" > "$tmp/report.txt"
+    cat "$tmp/report.txt"
+    for mode in sync solo; do
+      grep -q "($mode): 5 ranks, 12 rounds" "$tmp/report.txt" || { echo "no $mode handle of 5 ranks and 12 rounds"; exit 1; }
+    done
+    [[ $(grep -c '^latest: rank 3$' "$tmp/report.txt") == 2 ]] || { echo "the report does not name rank 3 as the latest"; exit 1; }
     ;;
   calibrate)
     sim=$1 pingpong=$2 pcollrun=$3

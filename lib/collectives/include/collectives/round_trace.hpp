@@ -43,6 +43,9 @@ class RoundTrace {
   RoundTrace(std::string directory, int64_t clock_skew_ns);
   // This rank's clock, as the trace reads it (steady clock plus any injected test skew).
   int64_t now_ns() const;
+  // Another clock instead of the steady clock: a simulator's (perf/sim) simulated time.
+  using ClockFunction = int64_t (*)();
+  void set_clock(ClockFunction clock) { clock_ = clock; }
   void add(TraceEvent kind, uint64_t round, int32_t arg = 0, int32_t arg2 = 0) {
     Event& e = events_[next_ % kCapacity];
     e = Event{now_ns(), round, arg, arg2, kind};
@@ -61,6 +64,7 @@ class RoundTrace {
   };
   std::string directory_;
   int64_t clock_skew_ns_;
+  ClockFunction clock_ = nullptr;
   std::vector<Event> events_;
   uint64_t next_ = 0;  // events added so far
 };
