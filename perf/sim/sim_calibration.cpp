@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <collectives/reduce_kernels.hpp>
@@ -99,6 +100,21 @@ double yield_handoff_seconds() {
   sched_setaffinity(0, sizeof before, &before);
   munmap(turn, sizeof(std::atomic<int>));
   return s / (2.0 * kHandoffs);
+}
+
+// How much later than asked sleep_until wakes, as pcoll_imbalance computes: the 0, 10, ...,
+// 100th percentiles of 400 sleeps of 1 ms.
+std::vector<double> sleep_overshoot_percentiles() {
+  std::vector<double> late;
+  for (int i = 0; i < 400; ++i) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    std::this_thread::sleep_until(until);
+    late.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - until).count());
+  }
+  std::sort(late.begin(), late.end());
+  std::vector<double> q;
+  for (int k = 0; k <= 10; ++k) q.push_back(late[std::min(late.size() - 1, late.size() * static_cast<size_t>(k) / 10)]);
+  return q;
 }
 
 // The time of one pcoll_allreduce_run of a one-rank job in this process: what a call costs
@@ -193,6 +209,7 @@ int calibrate(int argc, char** argv) {
   costs.post_s = message_s / 2;
   costs.notice_s = message_s / 2;
   costs.call_s = call_seconds();
+  costs.sleep_overshoot_s = sleep_overshoot_percentiles();
   // Two ranks per core: a reacting rank waits for the other to yield the core.
   costs.wake_s = yield_handoff_seconds();
   const auto reduce = [](std::byte* acc, const std::byte* in, size_t bytes) {
@@ -217,11 +234,12 @@ int calibrate(int argc, char** argv) {
   std::snprintf(source, sizeof source,
                 "provider %s, %d cores; pcoll_pingpong 8 B latency %.3f us, yield hand-off %.3f us, 1 MiB "
                 "stream %.0f MB/s, 8 B stream %.3f Mmsg/s; a one-rank run() %.3f us; reduce_into float32 sum %.2f "
-                "GB/s (%.2f cached), copy_bytes %.2f GB/s (%.2f cached), cache %.0f KiB; medians",
+                "GB/s (%.2f cached), copy_bytes %.2f GB/s (%.2f cached), cache %.0f KiB; a 1 ms sleep wakes %.0f us "
+                "late (median); medians",
                 provider.c_str(), cores, median(latency) * 1e6, costs.wake_s * 1e6,
                 median(bandwidth) / 1e6, median(rate) / 1e6, costs.call_s * 1e6, costs.reduce_bytes_per_s / 1e9,
                 costs.reduce_cached_bytes_per_s / 1e9, costs.copy_bytes_per_s / 1e9,
-                costs.copy_cached_bytes_per_s / 1e9, costs.cache_bytes / 1024);
+                costs.copy_cached_bytes_per_s / 1e9, costs.cache_bytes / 1024, costs.sleep_overshoot_s[5] * 1e6);
   std::ofstream file(out);
   file << calibrated_xml(node, costs, cores, source);
   if (!file) perf::fail(PCOLL_ERR_INTERNAL, "cannot write " + out);

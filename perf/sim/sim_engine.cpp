@@ -15,6 +15,8 @@
 #include <collectives/notification.hpp>
 #include <collectives/round_trace.hpp>
 
+#include <support/hash.hpp>
+
 #include "perf_error.hpp"
 
 namespace pcoll::sim {
@@ -204,8 +206,9 @@ class RankEngine final : public ExecutorPort {
   }
   void final_elements(size_t, size_t count, uint64_t round) override {
     // The application waits for this round: its elements go to it while in cache.
+    // The elements were just reduced or copied here: they go out of this core's cache.
     if (awaited_ == round) {
-      copy(count);
+      spend_work(static_cast<double>(count * kAccBytes) / costs_.copy_cached_bytes_per_s);
       delivered_early_ = true;
     }
   }
@@ -575,6 +578,18 @@ void SimJob::end_mode(size_t index) {
   outcomes_.push_back(out);
 }
 
+// A sleep's overshoot on the platform (EngineCosts::sleep_overshoot_s), interpolated in
+// its percentiles at a point drawn from (seed, rank, step).
+double SimJob::sleep_overshoot(int rank, uint64_t step) const {
+  const std::vector<double>& q = spec_.platform.costs.sleep_overshoot_s;
+  if (q.empty()) return 0;
+  const uint64_t h = hash3(spec_.options.model.seed ^ 0x736c656570ULL, static_cast<uint64_t>(rank), step);
+  const double u = static_cast<double>(h >> 11) * 0x1.0p-53 * static_cast<double>(q.size() - 1);
+  const auto i = static_cast<size_t>(u);
+  if (i + 1 >= q.size()) return q.back();
+  return q[i] + (q[i + 1] - q[i]) * (u - static_cast<double>(i));
+}
+
 void SimJob::application(int rank) {
   const auto& schedule = spec_.schedule;
   const uint64_t steps = spec_.options.steps;
@@ -587,7 +602,7 @@ void SimJob::application(int rank) {
     RankEngine& e = engine(rank);
     for (uint64_t t = 0; t < steps; ++t) {
       const double ms = schedule[t][static_cast<size_t>(rank)];
-      if (ms > 0) sg4::this_actor::sleep_for(ms / 1e3);
+      if (ms > 0) sg4::this_actor::sleep_for(ms / 1e3 + sleep_overshoot(rank, t));
       e.run_round(t, false);
     }
     e.run_round(steps, true);

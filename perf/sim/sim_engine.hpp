@@ -89,6 +89,7 @@ class SimJob {
  private:
   friend class RankEngine;
   void application(int rank);
+  double sleep_overshoot(int rank, uint64_t step) const;
   void nic(int node);
   void begin_mode(size_t index);
   void end_mode(size_t index);

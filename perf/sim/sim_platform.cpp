@@ -37,6 +37,12 @@ std::string cost_props(const EngineCosts& costs) {
       << "  <prop id=\"pcoll.post_s\" value=\"" << number(costs.post_s) << "\"/>\n"
       << "  <prop id=\"pcoll.notice_s\" value=\"" << number(costs.notice_s) << "\"/>\n"
       << "  <prop id=\"pcoll.inject_bytes\" value=\"" << costs.inject_bytes << "\"/>\n";
+  if (!costs.sleep_overshoot_s.empty()) {
+    out << "  <prop id=\"pcoll.sleep_overshoot_s\" value=\"";
+    for (size_t i = 0; i < costs.sleep_overshoot_s.size(); ++i)
+      out << (i ? "," : "") << number(costs.sleep_overshoot_s[i]);
+    out << "\"/>\n";
+  }
   return out.str();
 }
 
@@ -106,7 +112,7 @@ Platform make_platform(const PlatformChoice& choice, int ranks) {
       p.name = "ideal";
       p.network = LinkFigures{1e18, 0};
       p.node = p.network;
-      p.costs = EngineCosts{1e18, 1e18, 1e18, 1e18, 1e18, 0, 0, 0, 0, 1u << 30};
+      p.costs = EngineCosts{1e18, 1e18, 1e18, 1e18, 1e18, 0, 0, 0, 0, 1u << 30, {}};
       p.xml = cluster_xml("ideal", p.nodes, p.network, p.node, "", "", p.costs, p.ranks_per_node);
       p.description = "no communication cost: links of no latency and unbounded bandwidth, engines that cost nothing";
       return p;
@@ -189,6 +195,23 @@ void read_file_properties(Platform& platform) {
   read("pcoll.notice_s", platform.costs.notice_s);
   read("pcoll.inject_bytes", inject);
   platform.costs.inject_bytes = static_cast<size_t>(inject);
+  const char* overshoot = root->get_property("pcoll.sleep_overshoot_s");
+  if (overshoot != nullptr) {
+    platform.costs.sleep_overshoot_s.clear();
+    std::istringstream list(overshoot);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const double v = std::strtod(item.c_str(), &end);
+      if (item.empty() || *end != '\0' || !(v >= 0))
+        perf::invalid_argument("platform " + platform.file + ": pcoll.sleep_overshoot_s = '" + overshoot +
+                               "' is not a list of non-negative seconds");
+      platform.costs.sleep_overshoot_s.push_back(v);
+    }
+    if (platform.costs.sleep_overshoot_s.size() != 11 ||
+        !std::is_sorted(platform.costs.sleep_overshoot_s.begin(), platform.costs.sleep_overshoot_s.end()))
+      perf::invalid_argument("platform " + platform.file + ": pcoll.sleep_overshoot_s needs the 11 percentiles "
+                             "0, 10, ..., 100 in ascending order");
+  }
   if (platform.costs.reduce_bytes_per_s <= 0 || platform.costs.copy_bytes_per_s <= 0 ||
       platform.costs.reduce_cached_bytes_per_s <= 0 || platform.costs.copy_cached_bytes_per_s <= 0)
     perf::invalid_argument("platform " + platform.file + ": the pcoll.*_bytes_per_s rates must be above 0");

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pcoll::sim {
 
@@ -27,6 +28,10 @@ struct EngineCosts {
   // this long for one (scaled by ranks / cores - 1 on other hosts; 0 below one rank per core).
   double wake_s = 0;
   size_t inject_bytes = 64;  // writes up to this size complete locally at once
+  // How much later than asked a sleeping application wakes (pcoll_imbalance computes by
+  // sleeping): the 0, 10, ..., 100th percentiles, seconds; empty: on time. Each step's
+  // overshoot is drawn from them by a hash of (seed, rank, step), the same in every mode.
+  std::vector<double> sleep_overshoot_s;
 };
 
 // The figures a generated platform is written from.
