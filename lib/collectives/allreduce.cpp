@@ -217,8 +217,8 @@ bool Allreduce::can_join(uint64_t round) {
   view.flush_posted = posted_ && posted_->flush;
   view.activated = activated_;
   view.max_lag = spec_.opts.max_lag;
-  view.in_agreement = comm_.in_agreement_locked();
-  switch (decide_join(*policy_, view, round, Clock::now())) {
+  switch (decide_join(*policy_, view, round, [] { return Clock::now(); },
+                      [this] { return comm_.in_agreement_locked(); })) {
     case JoinDecision::wait: return false;
     case JoinDecision::join: return true;
     case JoinDecision::initiate:

@@ -331,7 +331,7 @@ class RankEngine final : public ExecutorPort {
       view.flush_posted = flush_posted_;
       view.activated = activated_;
       view.max_lag = max_lag_;
-      switch (decide_join(*policy_, view, joined_, policy_now())) {
+      switch (decide_join(*policy_, view, joined_, policy_now, [] { return false; })) {
         case JoinDecision::wait: return;
         case JoinDecision::initiate:
           for (const int child : activation::tree_children(rank_, rank_, size_)) send_activation(child, rank_, joined_);

@@ -1,7 +1,8 @@
 // When a rank's engine joins a round: the rule of docs/design.md "Semantics" (bounded lag,
 // synchronous rounds, activation, the start policy), apart from the engine so that the
 // engine (allreduce.cpp) and the simulator (perf/sim) decide with the same code. Like the
-// policies it asks, it owns no thread, lock or clock.
+// policies it asks, it owns no thread, lock or clock. Inline: the engine asks it several
+// times a round, and reads the clock and the agreement state only when the rule needs them.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +13,10 @@ namespace pcoll {
 
 // What one rank's engine knows when it looks at the next round to join.
 struct JoinView {
-  uint64_t posted = 0;          // rounds the application posted (run/start and flush calls)
-  bool flush_posted = false;    // the round posted last is a flush
-  uint64_t activated = 0;       // rounds below it were activated (by this rank or a root)
+  uint64_t posted = 0;        // rounds the application posted (run/start and flush calls)
+  bool flush_posted = false;  // the round posted last is a flush
+  uint64_t activated = 0;     // rounds below it were activated (by this rank or a root)
   uint32_t max_lag = 1;
-  bool in_agreement = false;    // the application is inside a collective agreement
 };
 
 enum class JoinDecision {
@@ -26,12 +26,26 @@ enum class JoinDecision {
 };
 
 // Round t may be joined only once the application has posted round t - max_lag.
-bool lag_allows(uint64_t round, uint64_t posted, uint32_t max_lag);
+inline bool lag_allows(uint64_t round, uint64_t posted, uint32_t max_lag) {
+  return round < max_lag || posted >= round - max_lag + 1;
+}
 
 // Whether the engine joins `round` (the round after the last one it joined) now. A
 // synchronous round and a flush wait for this rank's own post; an activated round waits
 // for bounded lag only; one nobody activated yet is joined when this rank posted it and
-// its policy starts it (StartPolicy::starts, asked with `now`).
-JoinDecision decide_join(StartPolicy& policy, const JoinView& view, uint64_t round, PolicyClock::time_point now);
+// its policy starts it (StartPolicy::starts, asked with now()). `in_agreement()`: the
+// application is inside a collective agreement, so it posts no round before it ends.
+template <typename Now, typename InAgreement>
+JoinDecision decide_join(StartPolicy& policy, const JoinView& view, uint64_t round, Now&& now,
+                         InAgreement&& in_agreement) {
+  const bool posted = view.posted > round;
+  const bool flush = view.flush_posted && view.posted == round + 1;
+  if (flush || policy.synchronous(round)) return posted ? JoinDecision::join : JoinDecision::wait;
+  // A peer's round this application has not posted waits (docs/design.md, "Mismatched calls").
+  if (!posted && in_agreement()) return JoinDecision::wait;
+  if (round < view.activated) return lag_allows(round, view.posted, view.max_lag) ? JoinDecision::join : JoinDecision::wait;
+  if (!posted || !policy.starts(round, now())) return JoinDecision::wait;
+  return JoinDecision::initiate;
+}
 
 }  // namespace pcoll
