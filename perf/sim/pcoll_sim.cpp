@@ -21,7 +21,6 @@
 
 #include <simgrid/s4u.hpp>
 
-#include <collectives/mode_table.hpp>
 #include <collectives/notification.hpp>
 
 #include "imbalance_model.hpp"
@@ -111,11 +110,13 @@ Options parse_options(int argc, char** argv) {
   for (const perf::ModeSpec& m : o.run.modes)
     if (m.mode == perf::Mode::mpi) usage_error("--modes mpi has no meaning in a simulation (it simulates pcoll's modes)");
   perf::check_imbalance_options(kTool, kUsage, o.run);
+  // Refused here, before any actor runs: an actor that throws ends the whole simulation.
   for (const perf::ModeSpec& m : o.run.modes) {
-    pcoll_allreduce_opts_t opts = o.run.handle_opts;
-    m.apply(opts);
-    if (const std::string problem = pcoll::find_mode(m.pcoll_mode())->check_options(opts, o.ranks); !problem.empty())
-      usage_error("--modes " + m.name() + ": " + problem);
+    try {
+      sim::mode_options(m, o.run.handle_opts, o.ranks);
+    } catch (const perf::Error& e) {
+      usage_error(e.what());
+    }
   }
   const pcoll::NoticeCodec codec(64);
   if (o.ranks > 16384 || static_cast<uint32_t>(o.ranks) > codec.max_ranks())

@@ -66,12 +66,8 @@ class RankEngine final : public ExecutorPort {
   void begin_mode(size_t index, const ExecutorInputs& base, uint32_t handle) {
     const perf::ModeSpec& spec = job_.spec().options.modes[index];
     mode_ = index;
-    pcoll_allreduce_opts_t opts = job_.spec().options.handle_opts;
-    spec.apply(opts);
-    const ModeRow& row = *find_mode(spec.pcoll_mode());
-    if (const std::string problem = row.check_options(opts, size_); !problem.empty())
-      perf::invalid_argument("--modes " + spec.name() + ": " + problem);
-    policy_ = row.make_policy(PolicyContext{rank_, size_, handle, opts});
+    const pcoll_allreduce_opts_t opts = mode_options(spec, job_.spec().options.handle_opts, size_);
+    policy_ = find_mode(spec.pcoll_mode())->make_policy(PolicyContext{rank_, size_, handle, opts});
     ExecutorInputs inputs = base;
     inputs.rank = rank_;
     inputs.handle = handle;
@@ -122,14 +118,9 @@ class RankEngine final : public ExecutorPort {
     engine_cv_->notify_one();
   }
 
-  // The application actor's side: post `round`, then wait until it is delivered. Returns
-  // the time it waited.
+  // The application actor's side: post `round`, then wait until it is delivered.
   void run_round(uint64_t round, bool flush) {
-    auto post = std::make_unique<Message>();
-    post->kind = Message::Kind::post;
-    post->mode = mode_;
-    post->to = post->from = rank_;
-    post->round = round;
+    auto post = notice(Message::Kind::post, rank_, round, 0, 0);
     post->flush = flush;
     const double posted_at = now_s();
     deliver(std::move(post));
@@ -172,8 +163,7 @@ class RankEngine final : public ExecutorPort {
     const uint64_t bytes = chunk.count * kAccBytes;
     send(notice(Message::Kind::data, step.peer, round, step.tag, chunk.index), bytes, bytes > costs_.inject_bytes);
   }
-  void reduce_chunk(const Step& step, const Chunk& chunk, uint64_t round, bool final) override {
-    (void)step;
+  void reduce_chunk(const Step&, const Chunk& chunk, uint64_t round, bool final) override {
     reduce(chunk.count);
     if (final) final_elements(chunk.offset, chunk.count, round);
   }
@@ -192,12 +182,8 @@ class RankEngine final : public ExecutorPort {
   }
   // A peer's lines come from its core's cache or from memory, never this core's cache: the
   // memory rates, whatever the size.
-  void reduce_from_peer(int, size_t, size_t count, uint64_t) override {
-    spend_work(static_cast<double>(count * kAccBytes) / costs_.reduce_bytes_per_s);
-  }
-  void copy_from_peer(int, size_t, size_t count, uint64_t) override {
-    spend_work(static_cast<double>(count * kAccBytes) / costs_.copy_bytes_per_s);
-  }
+  void reduce_from_peer(int, size_t, size_t count, uint64_t) override { work(count, costs_.reduce_bytes_per_s); }
+  void copy_from_peer(int, size_t, size_t count, uint64_t) override { work(count, costs_.copy_bytes_per_s); }
   void step_started(uint64_t round, size_t step) override {
     if (trace_) trace_->step_started(round, step);
   }
@@ -205,10 +191,10 @@ class RankEngine final : public ExecutorPort {
     if (trace_) trace_->step_ended(round, step);
   }
   void final_elements(size_t, size_t count, uint64_t round) override {
-    // The application waits for this round: its elements go to it while in cache.
-    // The elements were just reduced or copied here: they go out of this core's cache.
+    // The application waits for this round: the elements, just reduced or copied here, go
+    // to it out of this core's cache.
     if (awaited_ == round) {
-      spend_work(static_cast<double>(count * kAccBytes) / costs_.copy_cached_bytes_per_s);
+      work(count, costs_.copy_cached_bytes_per_s);
       delivered_early_ = true;
     }
   }
@@ -243,13 +229,14 @@ class RankEngine final : public ExecutorPort {
   }
 
   void spend(double seconds) { pending_s_ += seconds; }
-  // Reduction and copy time, which the breakdown reports apart.
-  void spend_work(double seconds) {
+  // Reducing or copying `count` elements at `bytes_per_s`: time the breakdown reports apart.
+  void work(size_t count, double bytes_per_s) {
+    const double seconds = static_cast<double>(count * kAccBytes) / bytes_per_s;
     reduce_s_ += seconds;
     spend(seconds);
   }
-  void reduce(size_t count) { spend_work(static_cast<double>(count * kAccBytes) / reduce_rate_); }
-  void copy(size_t count) { spend_work(static_cast<double>(count * kAccBytes) / copy_rate_); }
+  void reduce(size_t count) { work(count, reduce_rate_); }
+  void copy(size_t count) { work(count, copy_rate_); }
   // The CPU time spent so far passes (the engine is busy meanwhile; arrivals queue).
   void catch_up() {
     if (pending_s_ <= 0) return;
@@ -290,17 +277,17 @@ class RankEngine final : public ExecutorPort {
 
   void on_post(uint64_t round, bool flush) {
     spend(costs_.call_s);
-    if (trace_) {
-      if (flush) trace_->flush_posted(round);
-      else trace_->posted(round, round < joined_);
-    }
     posted_ = round + 1;
     flush_posted_ = flush;
     awaited_ = round;
     late_post_ = round < joined_;
     delivered_early_ = false;
+    if (trace_) {
+      if (flush) trace_->flush_posted(round);
+      else trace_->posted(round, late_post_);
+    }
     // A round the engine joined without this rank's data: its sendbuf goes into the carry.
-    if (!flush && round < joined_ && carry_late_) carry_ = true;
+    if (!flush && late_post_ && carry_late_) carry_ = true;
     if (round < completed_) hand_over(round);
     if (const std::optional<ArrivalCounter> counter = policy_->arrival_counter(round)) {
       auto request = notice(Message::Kind::atomic_request, counter->host, round, 0, 0);
@@ -391,7 +378,7 @@ class RankEngine final : public ExecutorPort {
   void hand_over(uint64_t round) {
     if (!delivered_early_) copy(job_.spec().options.count);
     catch_up();
-    if (trace_) trace_->delivered(round, round < joined_ && posted_ == round + 1 && late_post_);
+    if (trace_) trace_->delivered(round, late_post_);
     awaited_ = UINT64_MAX;
     delivered_ = round + 1;
     app_cv_->notify_one();
@@ -430,6 +417,13 @@ class RankEngine final : public ExecutorPort {
   uint64_t messages_ = 0, bytes_ = 0;
   std::vector<sg4::CommPtr> pending_writes_;
 };
+
+pcoll_allreduce_opts_t mode_options(const perf::ModeSpec& mode, pcoll_allreduce_opts_t opts, int ranks) {
+  mode.apply(opts);
+  if (const std::string problem = find_mode(mode.pcoll_mode())->check_options(opts, ranks); !problem.empty())
+    perf::invalid_argument("--modes " + mode.name() + ": " + problem);
+  return opts;
+}
 
 SimJob::SimJob(JobSpec spec) : spec_(std::move(spec)) {}
 

@@ -61,6 +61,10 @@ struct JobSpec {
   std::string trace_dir;  // non-empty: Chrome traces of every rank's rounds
 };
 
+// `opts` with `mode`'s options applied and its defaults resolved for `ranks` (the mode
+// table's checks); perf::Error(PCOLL_ERR_INVALID_ARGUMENT) naming the mode when they refuse.
+pcoll_allreduce_opts_t mode_options(const perf::ModeSpec& mode, pcoll_allreduce_opts_t opts, int ranks);
+
 class RankEngine;
 
 // The simulated job. Build it inside a SimGrid engine whose platform is loaded, then run
