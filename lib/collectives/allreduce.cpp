@@ -230,8 +230,8 @@ bool Allreduce::can_join(uint64_t round) {
 }
 
 void Allreduce::initiate(uint64_t round) {
-  for (const int child : activation::tree_children(rank_, rank_, size_))
-    transport_.notify(child, codec_.activation(id_, static_cast<uint32_t>(rank_), round));
+  for (const int peer : activation::start_targets(policy_->spread(), rank_, size_))
+    transport_.notify(peer, codec_.activation(id_, static_cast<uint32_t>(rank_), round));
   activated_ = std::max(activated_, round + 1);
   initiated_current_ = true;
   observe([&](RoundObserver& o) { o.activation_sent(round, rank_); });
@@ -280,20 +280,20 @@ void Allreduce::on_notice(const Notice& notice) {
 }
 
 void Allreduce::on_activation(const Notice& notice) {
-  const int root = static_cast<int>(notice.rank);
-  if (root >= size_)
-    fail(Errc::protocol, "activation for handle " + std::to_string(id_) + " names root rank " + std::to_string(root) +
-                             " of a job of " + std::to_string(size_));
   const uint64_t round = codec_.widen_round(notice.round, joined_);
-  // Forward every (round, root) along root's tree even when already joined: ranks below
-  // may have heard from no other root.
-  for (const int child : activation::tree_children(rank_, root, size_))
-    transport_.notify(child, codec_.activation(id_, static_cast<uint32_t>(root), round));
+  const std::optional<activation::Relay> relay =
+      activation::relay(policy_->spread(), rank_, size_, notice.rank, round < activated_);
+  if (!relay)
+    fail(Errc::protocol, "activation for round " + std::to_string(round) + " of handle " + std::to_string(id_) +
+                             " names rank " + std::to_string(notice.rank) + ", which cannot send it to rank " +
+                             std::to_string(rank_) + " of a job of " + std::to_string(size_));
   if (round > joined_ + 1)
     fail(Errc::protocol, "activation for round " + std::to_string(round) + " of handle " + std::to_string(id_) +
                              " while this rank is at round " + std::to_string(joined_));
-  activated_ = std::max(activated_, round + 1);
-  observe([&](RoundObserver& o) { o.activation_received(round, root); });
+  for (const int peer : relay->to) transport_.notify(peer, codec_.activation(id_, relay->detail, round));
+  if (round < activated_) return;
+  activated_ = round + 1;
+  observe([&](RoundObserver& o) { o.activation_received(round, static_cast<int>(notice.rank)); });
 }
 
 void Allreduce::advance_locked() {

@@ -87,7 +87,8 @@ HandleSpec make_spec(const CreateRequest& request, int ranks, std::chrono::milli
                                           " is above 64 (each unit of lag buffers one result)");
   const std::string mode_problem = mode->check_options(spec.opts, ranks);
   check(mode_problem.empty(), mode_problem);
-  check(request.count <= kMaxCount, "count " + std::to_string(request.count) + " is too large");
+  check(request.count <= kMaxCount, "count " + std::to_string(request.count) +
+                                        " is above 2^40 elements, the largest vector a handle takes");
   read_settings(spec, check);
   if (spec.opts.timeout_ms == 0) spec.opts.timeout_ms = static_cast<uint32_t>(comm_timeout.count());
   return spec;

@@ -25,7 +25,7 @@ NoticeCodec::NoticeCodec(unsigned bits) : bits_(bits) {
 }
 
 // --- 64 bits: kind:2 | handle:10 | detail:20 | round:32 ------------------------------------
-// data/credit detail: credit:1 | tag:7 | chunk:12; activation: root; control: the handle
+// data/credit detail: credit:1 | tag:7 | chunk:12; activation: sender; control: the handle
 // field is the type, detail the sender, round the sequence; failure: detail the culprit,
 // round the sender.
 // --- 32 bits (notification.hpp) --------------------------------------------------------------
@@ -42,11 +42,11 @@ uint64_t NoticeCodec::credit(uint32_t handle, uint32_t tag, uint32_t chunk, uint
   return data(handle, tag, chunk, round) | (bits_ == 64 ? uint64_t{1} << 51 : uint64_t{1} << 21);
 }
 
-uint64_t NoticeCodec::activation(uint32_t handle, uint32_t root, uint64_t round) const {
+uint64_t NoticeCodec::activation(uint32_t handle, uint32_t sender, uint64_t round) const {
   if (bits_ == 64)
-    return (kWireActivation << 62) | (uint64_t{handle & 0x3ff} << 52) | (uint64_t{root & 0xfffff} << 32) |
+    return (kWireActivation << 62) | (uint64_t{handle & 0x3ff} << 52) | (uint64_t{sender & 0xfffff} << 32) |
            (round & 0xffffffffu);
-  return (kWireActivation << 30) | (uint64_t{handle & 0xff} << 22) | (uint64_t{root & 0xffff} << 6) | (round & 0x3f);
+  return (kWireActivation << 30) | (uint64_t{handle & 0xff} << 22) | (uint64_t{sender & 0xffff} << 6) | (round & 0x3f);
 }
 
 uint64_t NoticeCodec::control(uint32_t type, uint32_t sender, uint64_t sequence) const {

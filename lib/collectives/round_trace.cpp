@@ -32,7 +32,7 @@ const char* arg_name(TraceEvent kind) {
   switch (kind) {
     case TraceEvent::post: return "engine_joined";
     case TraceEvent::join: return "fresh";
-    case TraceEvent::activation_received: return "root";
+    case TraceEvent::activation_received: return "from";
     case TraceEvent::step_start:
     case TraceEvent::step_end: return "step";
     case TraceEvent::complete: return "initiator";

@@ -1,6 +1,7 @@
 // solo (eager-SGD): the first rank whose application posts a round starts it; every other
-// rank's engine joins at once with what it has ready. Concurrent starts are harmless: each
-// rank joins a round once, however many roots activate it.
+// rank's engine joins at once with what it has ready. Any number of ranks may start a
+// round at once, so its activations flood over one tree (activation.hpp): each rank joins
+// a round once and passes the news on once, however many start it.
 #include <collectives/mode_table.hpp>
 
 namespace pcoll {
@@ -10,6 +11,7 @@ class SoloPolicy final : public StartPolicy {
  public:
   using StartPolicy::StartPolicy;
   bool starts(uint64_t, PolicyClock::time_point) override { return true; }
+  activation::Spread spread() const override { return activation::Spread::flood; }
 };
 
 }  // namespace

@@ -257,11 +257,13 @@ class RankEngine final : public ExecutorPort {
       case Message::Kind::data: executor_->on_data(m.round, completed_, m.tag, m.chunk); return;
       case Message::Kind::credit: executor_->on_credit(m.round, m.tag, m.chunk); return;
       case Message::Kind::activation: {
-        const int root = static_cast<int>(m.value);
-        // Forward along root's tree, as the engine does, even when already joined.
-        for (const int child : activation::tree_children(rank_, root, size_)) send_activation(child, root, m.round);
-        activated_ = std::max(activated_, m.round + 1);
-        if (trace_) trace_->activation_received(m.round, root);
+        const bool known = m.round < activated_;
+        const std::optional<activation::Relay> relay =
+            activation::relay(policy_->spread(), rank_, size_, static_cast<uint32_t>(m.value), known);
+        for (const int peer : relay.value().to) send_activation(peer, relay->detail, m.round);
+        if (known) return;
+        activated_ = m.round + 1;
+        if (trace_) trace_->activation_received(m.round, static_cast<int>(m.value));
         return;
       }
       case Message::Kind::atomic_reply: {
@@ -298,10 +300,10 @@ class RankEngine final : public ExecutorPort {
     }
   }
 
-  void send_activation(int child, int root, uint64_t round) {
+  void send_activation(int peer, uint32_t detail, uint64_t round) {
     spend(costs_.post_s);
-    auto m = notice(Message::Kind::activation, child, round, 0, 0);
-    m->value = static_cast<uint64_t>(root);
+    auto m = notice(Message::Kind::activation, peer, round, 0, 0);
+    m->value = detail;
     send(std::move(m), 0, false);
   }
 
@@ -321,7 +323,8 @@ class RankEngine final : public ExecutorPort {
       switch (decide_join(*policy_, view, joined_, policy_now, [] { return false; })) {
         case JoinDecision::wait: return;
         case JoinDecision::initiate:
-          for (const int child : activation::tree_children(rank_, rank_, size_)) send_activation(child, rank_, joined_);
+          for (const int peer : activation::start_targets(policy_->spread(), rank_, size_))
+            send_activation(peer, static_cast<uint32_t>(rank_), joined_);
           activated_ = std::max(activated_, joined_ + 1);
           initiated_current_ = true;
           {

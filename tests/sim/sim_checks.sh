@@ -7,6 +7,9 @@
 #       the run prints N JSON rows, each with the fields a pcoll_imbalance row has
 #   sim_checks.sh trace PCOLL_SIM PCOLL_TRACE_PY
 #       --trace writes PCOLL_TRACE's files: tools/pcoll_trace.py reads them and names the slow rank
+#   sim_checks.sh activations PCOLL_SIM P ARGS...
+#       in every mode, a round's activations cost at most 2 (P - 1) messages: the messages a
+#       rank sends per round beyond sync's, which sends none, less quorum's one fetch-add
 #   sim_checks.sh calibrate PCOLL_SIM PINGPONG PCOLLRUN
 #       calibrates this machine into a temporary file and simulates two ranks on it
 set -euo pipefail
@@ -55,6 +58,23 @@ PY
       grep -q "($mode): 5 ranks, 12 rounds" "$tmp/report.txt" || { echo "no $mode handle of 5 ranks and 12 rounds"; exit 1; }
     done
     [[ $(grep -c '^latest: rank 3$' "$tmp/report.txt") == 2 ]] || { echo "the report does not name rank 3 as the latest"; exit 1; }
+    ;;
+  activations)
+    sim=$1 ranks=$2
+    shift 2
+    "$sim" -n "$ranks" --modes sync,solo,majority,quorum --json "$@" > "$tmp/rows.json"
+    /usr/bin/python3 - "$tmp/rows.json" "$ranks" <<'PY'
+import json, sys
+rows = {r["mode"]: r for r in (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{"))}
+ranks = int(sys.argv[2])
+bound = 2 * (ranks - 1) / ranks
+base = rows["sync"]["messages_per_round"]
+for mode in ("solo", "majority", "quorum"):
+    extra = rows[mode]["messages_per_round"] - base - (1 if mode == "quorum" else 0)
+    print(f"{mode}: {extra:.2f} activation messages per rank and round (bound {bound:.2f})")
+    if not 0 < extra <= bound + 1e-9:
+        sys.exit(f"{mode} sends {extra:.2f} activation messages per rank and round, outside (0, {bound:.2f}]")
+PY
     ;;
   calibrate)
     sim=$1 pingpong=$2 pcollrun=$3

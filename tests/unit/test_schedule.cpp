@@ -705,11 +705,12 @@ TEST_CASE("chunks hold PCOLL_CHUNK_BYTES, grown so that a notification can numbe
   CHECK_THROWS_AS(chunk_elems_for(1000, 4096, 0, 4096), Error);
   CHECK_THROWS_AS(chunk_elems_for(1000, 4096, 4, 0), Error);
   // Plans sized as the engine sizes them never need a chunk or tag the notification lacks,
-  // in either width (P up to what the 32-bit layout addresses).
+  // in either width, up to the most ranks each layout addresses (docs/design.md, "Limits").
   for (const unsigned bits : {64u, 32u}) {
     const NoticeCodec codec(bits);
     for (const ReduceAlgorithm algorithm : kAlgorithms) {
-      for (const int ranks : {1, 2, 3, 8, 13, 1000, 32767}) {
+      for (const int ranks : {1, 2, 3, 8, 13, 1000, 32767, 32768, 1048575}) {
+        if (static_cast<uint32_t>(ranks) > codec.max_ranks()) continue;
         for (const std::size_t count : {std::size_t{0}, std::size_t{1000}, huge}) {
           const ReducePlan plan =
               make_plan(algorithm, ranks, ranks - 1, count, chunk_elems_for(count, 4096, 4, codec.max_chunks()));

@@ -10,7 +10,7 @@
 //        kind:2 | culprit:15 | sender:15               (failure)
 //
 // detail is a data write's or a credit's (credit flag, exchange tag, chunk) and an
-// activation's root rank. Only the low bits of a round travel: a rank is never more than
+// activation's sender rank. Only the low bits of a round travel: a rank is never more than
 // one round away from any value still in flight for its handle (a round cannot end
 // without every rank), so the full round is recovered relative to the receiver's own, and
 // a duplicate delayed by fewer than half the round window is still recognised as old.
@@ -29,7 +29,7 @@ enum class NoticeKind : uint8_t {
   data,        // a write_notify of a reduction chunk landed
   credit,      // the receiver of an exchange freed landing slots: chunks below `chunk`
                // of round `round` are consumed (flow control of the landing pool)
-  activation,  // round `round` was activated by root `rank`
+  activation,  // round `round` was activated; `rank` is the tree neighbour that sent it
   control,     // ping, pong, agreement blob landed, failure acknowledged: `type`, sender `rank`
   failure,     // `rank` (or nobody known) failed, reported by `sender`
 };
@@ -46,7 +46,7 @@ struct Notice {
   uint32_t tag = 0;       // data, credit: exchange tag of the reduction plan
   uint32_t chunk = 0;     // data: chunk index; credit: chunks below it are consumed
   uint32_t type = 0;      // control
-  uint32_t rank = 0;      // activation: root; control: sender; failure: culprit
+  uint32_t rank = 0;      // activation, control: sender; failure: culprit
   uint32_t sender = 0;    // failure
   uint64_t round = 0;     // low round_bits() bits: data, credit, activation; control: sequence
 };
@@ -77,7 +77,7 @@ class NoticeCodec {
 
   uint64_t data(uint32_t handle, uint32_t tag, uint32_t chunk, uint64_t round) const;
   uint64_t credit(uint32_t handle, uint32_t tag, uint32_t chunk, uint64_t round) const;
-  uint64_t activation(uint32_t handle, uint32_t root, uint64_t round) const;
+  uint64_t activation(uint32_t handle, uint32_t sender, uint64_t round) const;
   uint64_t control(uint32_t type, uint32_t sender, uint64_t sequence = 0) const;
   uint64_t failure(uint32_t culprit, uint32_t sender) const;  // culprit may be unknown_rank()
 

@@ -20,7 +20,7 @@ class RoundObserver {
   // Quorum: this rank counted its arrival, the `arrived`-th.
   virtual void arrival_counted(uint64_t /*round*/, uint64_t /*arrived*/) {}
   virtual void activation_sent(uint64_t /*round*/, int /*root*/) {}
-  virtual void activation_received(uint64_t /*round*/, int /*root*/) {}
+  virtual void activation_received(uint64_t /*round*/, int /*from*/) {}
   // The engine joined `round`; `carried`: a carry went into the contribution.
   virtual void joined(uint64_t /*round*/, bool /*fresh*/, bool /*flush*/, bool /*carried*/) {}
   virtual void step_started(uint64_t /*round*/, size_t /*step*/) {}

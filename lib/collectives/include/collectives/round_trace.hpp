@@ -19,7 +19,7 @@ enum class TraceEvent : uint8_t {
   post_flush,           // the application called flush for the round
   join,                 // the engine joined the round (arg: 1 fresh, 0 late)
   activation_sent,      // this rank activated the round
-  activation_received,  // an activation arrived (arg: its root)
+  activation_received,  // this rank first heard of the round (arg: the neighbour it heard from)
   step_start,           // a plan step began (arg: step)
   step_end,             // it ended (arg: step)
   complete,             // the round's result is known (arg: initiator, arg2: fresh ranks)
@@ -85,8 +85,8 @@ class TraceObserver final : public RoundObserver {
     trace_.add(TraceEvent::arrival, round, static_cast<int32_t>(arrived));
   }
   void activation_sent(uint64_t round, int root) override { trace_.add(TraceEvent::activation_sent, round, root); }
-  void activation_received(uint64_t round, int root) override {
-    trace_.add(TraceEvent::activation_received, round, root);
+  void activation_received(uint64_t round, int from) override {
+    trace_.add(TraceEvent::activation_received, round, from);
   }
   void joined(uint64_t round, bool fresh, bool, bool) override { trace_.add(TraceEvent::join, round, fresh ? 1 : 0); }
   void step_started(uint64_t round, size_t step) override {

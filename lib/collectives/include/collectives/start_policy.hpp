@@ -16,6 +16,8 @@
 
 #include <pcoll/pcoll.h>
 
+#include <collectives/activation.hpp>
+
 namespace pcoll {
 
 using PolicyClock = std::chrono::steady_clock;
@@ -58,6 +60,10 @@ class StartPolicy {
   // Whom a rank waits on while it waits to join `round` (not synchronous, not activated
   // yet), for the liveness probe: the one rank that may start it, or -1 when any may.
   virtual int awaited_initiator(uint64_t /*round*/) const { return -1; }
+
+  // How this mode's activations spread (activation.hpp): over each initiator's own tree
+  // where at most two ranks start a round, flooded over one tree where any number may.
+  virtual activation::Spread spread() const { return activation::Spread::own_tree; }
 
   // Whether `rank` may have initiated `round`; a rank that initiated otherwise is a broken
   // peer, which every rank reports.
