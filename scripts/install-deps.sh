@@ -6,6 +6,8 @@ packages=(build-essential pkg-config meson ninja-build cmake libfabric-dev libfa
           python3 python3-matplotlib iproute2 procps
           # the Python package (python/) and its tests and benchmark, for /usr/bin/python3
           python3-dev pybind11-dev python3-numpy python3-torch python3-sklearn python3-pytest
+          # perf/train_imbalance.py's convolutional workloads (ResNet-18, MobileNetV2)
+          python3-torchvision
           # pip install . (pyproject.toml): meson-python, pip and venv for a PEP 668 environment
           python3-mesonpy python3-pip python3-venv
           # pcoll_sim (perf/sim): the engine replayed on SimGrid

@@ -21,7 +21,7 @@ import zlib
 import torch
 import torch.distributed
 
-from . import DTYPES, InvalidArgument, InvalidState, Bootstrap
+from . import DTYPES, InvalidArgument, InvalidState, Bootstrap, Mismatch
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters", "init_process_group", "PartialAllreduceHook"]
 
@@ -32,6 +32,119 @@ def _dtype_name(dtype, what):
         raise InvalidArgument(f"{what} has dtype {dtype}, which pcoll cannot reduce "
                               f"(it reduces {', '.join('torch.' + d for d in DTYPES)})")
     return name
+
+
+# What a partial round's stale share s does to the update (docs/python.md, "Staleness").
+# s is the share of the round's gradients that are one step late: the carries of the
+# ranks that were late in the round before. Stale gradient acts as extra momentum, and
+# with SGD momentum 0.9 it leaves far less room for the learning rate than a synchronous
+# round (docs/python.md derives it), so a partial round lowers momentum where the update
+# shows that it overshoots:
+#   opposed: where the round's gradient opposes the momentum buffer (their product is
+#     negative: that coordinate is overshooting), the momentum of that coordinate is
+#     lowered to mu (1 - min(1, 2 s)) for this step; elsewhere it stays mu. SGD and its
+#     variants with a momentum buffer (dampening, nesterov, weight decay) only.
+#   momentum: every param group's momentum (SGD's momentum, Adam's beta1) is lowered to
+#     mu (1 - s) for this step: simpler, and also for Adam, but it cuts the step where
+#     nothing overshoots, which slows a network that was not near the edge.
+#   none: nothing; the wrapped optimizer sees the round's average as it is.
+#   auto: opposed.
+STALENESS = ("auto", "none", "opposed", "momentum")
+_STALENESS_AUTO = "opposed"
+_OPPOSED_GAIN = 2.0  # the stale share at which an opposed coordinate loses all its momentum: 1/2
+
+
+def _agree_on_staleness(comm, staleness, what):
+    """Collective: the rule every rank passed. A value that is not a rule raises
+    InvalidArgument on its rank and Mismatch on the others, as do different rules: every
+    rank raises, none waits."""
+    valid = staleness in STALENESS if isinstance(staleness, str) else False
+    code = STALENESS.index(staleness) + 1 if valid else 0
+    same = True
+    if comm.size > 1:
+        vector = torch.tensor([code, -code], dtype=torch.int64)
+        with comm.allreduce(2, dtype="int64", op="max", mode="sync") as ar:
+            ar.run(vector, vector)
+        same = int(vector[0]) == -int(vector[1])
+    if not valid:
+        raise InvalidArgument(f"{what}: staleness={staleness!r} is not one of {', '.join(map(repr, STALENESS))}")
+    if not same:
+        raise Mismatch(f"{what}: the ranks passed different staleness rules (this rank {staleness!r}); "
+                       "every rank must pass the same one")
+    return _STALENESS_AUTO if staleness == "auto" else staleness
+
+
+class _StaleShare:
+    """The share of a round's contributions that are one step late, from the rounds' info
+    alone (equal on every rank): a rank that was not fresh in round t - 1 contributes its
+    gradient of that step to round t, with the fresh ranks' gradients of this one."""
+
+    def __init__(self, size):
+        self.size = size
+        self.late_before = 0   # ranks not fresh in the previous round: their carry is in this one
+
+    def next(self, info):
+        stale = self.late_before
+        total = stale + info.fresh
+        self.late_before = self.size - info.fresh
+        return stale / total if total else 0.0
+
+
+def _momentum_of(group):
+    if "momentum" in group:
+        return group["momentum"], lambda g, m: g.__setitem__("momentum", m)
+    if "betas" in group:
+        return group["betas"][0], lambda g, m: g.__setitem__("betas", (m, g["betas"][1]))
+    return None, None
+
+
+def _step_with_lower_momentum(optimizer, share):
+    """optimizer.step() with every group's momentum mu at mu (1 - share), then restored."""
+    saved = []
+    for group in optimizer.param_groups:
+        mu, put = _momentum_of(group)
+        if mu:
+            saved.append((group, mu, put))
+            put(group, mu * (1.0 - share))
+    try:
+        optimizer.step()
+    finally:
+        for group, mu, put in saved:
+            put(group, mu)
+
+
+_CHUNK = 1 << 16  # elements per pass of the opposed rule: its scratch stays in cache
+
+
+def _lower_opposed_momentum(optimizer, share, scratch=None):
+    """Before optimizer.step(): where a gradient opposes its momentum buffer b, subtracts
+    mu k b / (1 - dampening) from it (k = min(1, 2 share)), so that the buffer's update
+    b <- mu b + (1 - dampening) g becomes mu (1 - k) b + (1 - dampening) g there.
+    Elementwise only, so the same on every rank whatever the thread count; in place, in
+    chunks through `scratch` (a dict of per-dtype buffers kept between calls)."""
+    k = min(1.0, _OPPOSED_GAIN * share)
+    scratch = {} if scratch is None else scratch
+    for group in optimizer.param_groups:
+        mu = group.get("momentum", 0.0)
+        dampening = group.get("dampening", 0.0)
+        if not mu or dampening >= 1.0:
+            continue
+        alpha = mu * k / (1.0 - dampening)
+        for p in group["params"]:
+            buffer = optimizer.state.get(p, {}).get("momentum_buffer")
+            grad = p.grad
+            if buffer is None or grad is None or grad.is_sparse or not grad.is_contiguous():
+                continue
+            room = scratch.get(grad.dtype)
+            if room is None:
+                room = scratch[grad.dtype] = torch.empty(_CHUNK, dtype=grad.dtype)
+            g, b = grad.view(-1), buffer.view(-1)
+            for start in range(0, g.numel(), _CHUNK):
+                gs, bs = g[start:start + _CHUNK], b[start:start + _CHUNK]
+                opposed = room[:gs.numel()]
+                torch.mul(gs, bs, out=opposed)
+                opposed.lt_(0)  # 1 where the gradient opposes the momentum, else 0
+                gs.addcmul_(bs, opposed, value=-alpha)
 
 
 def _unique(tensors):
@@ -50,14 +163,25 @@ class DistributedOptimizer:
     The gradients live in one flat buffer (each parameter's .grad is a view into it), so one
     round per step carries every layer and every layer has the same staleness. The round's
     op is avg, a division by the world size, not by the number of fresh ranks: with carry a
-    late gradient arrives in the next round, and every gradient is applied exactly once,
-    with weight 1/P. Every rank applies the same sequence of round results (they are
-    bitwise identical on all ranks), so replicas that start identical (broadcast_parameters)
-    stay bitwise identical.
+    late gradient arrives in the next round, and every gradient enters the optimizer exactly
+    once, with weight 1/P.
+
+    staleness (default "auto", the same on every rank or Mismatch everywhere) is what the
+    optimizer does with a partial round, after the round: with "none" it steps on the
+    round's average as it is. With "auto" ("opposed"), where a coordinate's averaged
+    gradient opposes its momentum buffer (that coordinate overshoots) the momentum of that
+    coordinate is lowered to mu (1 - min(1, 2 s)) for the step, s being the share of the
+    round's gradients that are one step late (.last_stale_share); every gradient still
+    enters the momentum buffer once with weight 1/P, but the momentum it builds up in an
+    overshooting coordinate decays faster. "momentum" lowers every group's momentum to
+    mu (1 - s) for the step. Nothing changes in sync mode, with late="drop" (nothing is
+    stale) or in a round with nothing stale. Every rank applies the same round results and
+    the same elementwise correction, so replicas that start identical
+    (broadcast_parameters) stay bitwise identical.
     """
 
     def __init__(self, optimizer, module, comm, mode="solo", max_lag=1, sync_every=0, seed=0, late="carry",
-                 timeout_ms=None, quorum=0, grace_us=0):
+                 timeout_ms=None, quorum=0, grace_us=0, staleness="auto"):
         self.optimizer = optimizer
         self.comm = comm
         params = _unique(p for p in module.parameters() if p.requires_grad)
@@ -69,6 +193,7 @@ class DistributedOptimizer:
                                   f"({', '.join(sorted(map(str, dtypes)))}); one flat gradient needs one")
         dtype = params[0].dtype
         name = _dtype_name(dtype, "DistributedOptimizer: the parameters")
+        self.staleness = _agree_on_staleness(comm, staleness, "DistributedOptimizer")
         for p in params:
             if p.device.type != "cpu":
                 raise InvalidArgument(f"DistributedOptimizer: a parameter is on {p.device}; pcoll reduces host memory")
@@ -92,7 +217,11 @@ class DistributedOptimizer:
         self._allreduce = comm.allreduce(total, dtype=name, op="avg", mode=mode, max_lag=max_lag,
                                          sync_every=sync_every, seed=seed, late=late, timeout_ms=timeout_ms,
                                          quorum=quorum, grace_us=grace_us)
+        # Nothing is ever stale in sync mode, nor with late="drop" (late gradients are gone).
+        self._stale = _StaleShare(comm.size) if mode != "sync" and late != "drop" else None
+        self._scratch = {}
         self.last_info = None
+        self.last_stale_share = 0.0
         self.steps = 0
         self.fresh_total = 0   # sum of info.fresh over steps
         self.late_steps = 0    # steps in which this rank's gradient was carried
@@ -147,6 +276,13 @@ class DistributedOptimizer:
         self.steps += 1
         self.fresh_total += info.fresh
         self.late_steps += info.caller_late
+        share = self._stale.next(info) if self._stale is not None else 0.0
+        self.last_stale_share = share
+        if self.staleness == "momentum" and share > 0:
+            _step_with_lower_momentum(self.optimizer, share)
+            return info
+        if self.staleness == "opposed" and share > 0:
+            _lower_opposed_momentum(self.optimizer, share, self._scratch)
         self.optimizer.step()
         return info
 

@@ -46,6 +46,9 @@ def train_module():
     (["--delay-factor", "-1"], "--delay-factor"),
     (["--delay-at", "middle"], "--delay-at"),
     (["--target", "95"], "--target is an accuracy between 0 and 1"),
+    (["--net", "vgg"], "--net 'vgg'"),
+    (["--via", "pipe"], "--via 'pipe'"),
+    (["--staleness", "some"], "--staleness 'some'"),
     (["--model", f"trace:{TRACE.parent / 'no_such_file.csv'}"], "cannot be read"),
     (["--model", f"trace:{TRACE.parent / 'trace_malformed.csv'}"], "line"),
 ])
@@ -86,6 +89,23 @@ def test_train_imbalance_short_run_of_every_mode(tmp_path):
         assert 0 < r["fresh_fraction"] <= 1 and r["wall_s"] > 0
     assert rows[0]["speedup_to_target"] == 1.0 and rows[0]["time_to_target_s"] is not None
     assert png.stat().st_size > 10000
+
+
+def test_train_imbalance_convolutional_nets_through_the_hook_and_the_optimizer():
+    # A smoke run: torchvision's nets on the upsampled digits, every pcoll mode through DDP's
+    # comm hook and through the optimizer; replicas' parameters identical, curves complete.
+    pytest.importorskip("torchvision")
+    for net, via, modes in (("mobilenetv2", "hook", "sync,solo,quorum,ddp"), ("resnet18", "optimizer", "majority")):
+        done = launch(2, TRAIN, "--net", net, "--via", via, "--modes", modes, "--steps", "3", "--eval-every", "3",
+                      "--calibration-steps", "1", "--target", "0.05", "--json", "--json-curves")
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert [r["mode"] for r in rows] == modes.split(",")
+        for r in rows:
+            assert r["net"] == net and r["via"] == via and r["replicas_identical"], r
+            assert r["batch"] == 16 and r["lr"] == 0.05 and r["delay_at"] == "before-compute"
+            assert [step for step, _, _ in r["curve"]] == [0, 3] and 0 <= r["final_accuracy"] <= 1
+            assert 0 < r["fresh_fraction"] <= 1
 
 
 def test_train_imbalance_delay_shows_in_every_mode_at_either_placement():

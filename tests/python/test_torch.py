@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pcoll
 from pcoll.torch import DistributedOptimizer, PartialAllreduceHook, broadcast_parameters, init_process_group
+from pcoll.torch import _StaleShare, _lower_opposed_momentum
 from conftest import digest, same_everywhere
 
 torch.set_num_threads(1)
@@ -134,6 +135,103 @@ def test_a_short_solo_training_run_learns(comm):
     with torch.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
     assert accuracy > 0.85, f"test accuracy {accuracy:.3f} after 120 steps (chance is 0.1)"
+
+
+# --- staleness ----------------------------------------------------------------------------------
+
+class RecordingSGD(torch.optim.SGD):
+    """SGD that records the momentum each of its steps ran with."""
+
+    def __init__(self, params, **kwargs):
+        super().__init__(params, **kwargs)
+        self.momenta = []
+
+    def step(self, closure=None):
+        self.momenta.append(self.param_groups[0]["momentum"])
+        return super().step(closure)
+
+
+def test_stale_share_counts_last_rounds_late_ranks():
+    Info = type("Info", (), {})
+    share = _StaleShare(4)
+    seen = []
+    for fresh in (4, 1, 2, 4, 3, 0):
+        info = Info()
+        info.fresh = fresh
+        seen.append(share.next(info))
+    # Round by round: stale = ranks not fresh the round before; share = stale / (stale + fresh).
+    assert seen == [0.0, 0.0, 3 / 5, 2 / 6, 0.0, 1 / 1]
+
+
+@pytest.mark.parametrize("share, dampening", [(0.25, 0.0), (0.25, 0.5), (0.75, 0.0)])
+def test_opposed_coordinates_lose_momentum_by_the_stale_share(share, dampening):
+    p = torch.zeros(6, dtype=torch.float64, requires_grad=True)
+    sgd = torch.optim.SGD([p], lr=0.1, momentum=0.9, dampening=dampening)
+    buffer = torch.tensor([1.0, -2.0, 3.0, -4.0, 0.0, 5.0], dtype=torch.float64)
+    sgd.state[p]["momentum_buffer"] = buffer.clone()
+    grad = torch.tensor([0.5, 0.5, -0.5, -0.5, 1.0, 0.0], dtype=torch.float64)
+    p.grad = grad.clone()
+    _lower_opposed_momentum(sgd, share)
+    sgd.step()
+    k = min(1.0, 2 * share)
+    opposed = torch.tensor([False, True, True, False, False, False])
+    expected = torch.where(opposed, 0.9 * (1 - k) * buffer, 0.9 * buffer) + (1 - dampening) * grad
+    assert torch.allclose(sgd.state[p]["momentum_buffer"], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("staleness", ["auto", "opposed", "momentum", "none"])
+def test_staleness_rules_under_delays(comm, staleness):
+    model = mlp(7)
+    broadcast_parameters(model, comm)
+    sgd = RecordingSGD(model.parameters(), lr=0.01, momentum=0.9)
+    torch.manual_seed(500 + comm.rank)
+    expected = []
+    with DistributedOptimizer(sgd, model, comm, mode="solo", staleness=staleness) as opt:
+        assert opt.staleness == ("opposed" if staleness == "auto" else staleness)
+        for step in range(30):
+            time.sleep(0.003 if step % comm.size == comm.rank else 0)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))).backward()
+            opt.step()
+            share = opt.last_stale_share
+            assert 0.0 <= share <= 1.0
+            # Only the momentum rule changes the group's momentum, and only for the step.
+            expected.append(0.9 * (1.0 - share) if staleness == "momentum" and share > 0 else 0.9)
+            assert sgd.param_groups[0]["momentum"] == 0.9
+        assert sgd.momenta == expected
+        if comm.size > 1:
+            assert opt.fresh_fraction < 1.0
+        opt.flush()
+    assert same_everywhere(comm, state_digest(model))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_staleness_does_nothing_in_sync_mode(comm):
+    model = mlp(8)
+    broadcast_parameters(model, comm)
+    sgd = RecordingSGD(model.parameters(), lr=0.01, momentum=0.9)
+    with DistributedOptimizer(sgd, model, comm, mode="sync") as opt:
+        for _ in range(3):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))).backward()
+            opt.step()
+            assert opt.last_stale_share == 0.0
+    assert sgd.momenta == [0.9] * 3
+
+
+def test_staleness_must_be_a_rule_and_the_same_everywhere(comm):
+    model = mlp(9)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    bad = "bogus" if comm.rank == 0 else "auto"
+    expected = pcoll.InvalidArgument if comm.rank == 0 else pcoll.Mismatch
+    if comm.size == 1:
+        expected = pcoll.InvalidArgument
+    with pytest.raises(expected, match="staleness"):
+        DistributedOptimizer(sgd, model, comm, staleness=bad)
+    if comm.size > 1:
+        differing = "none" if comm.rank == comm.size - 1 else "auto"
+        with pytest.raises(pcoll.Mismatch, match="different staleness rules"):
+            DistributedOptimizer(sgd, model, comm, staleness=differing)
 
 
 # --- torch.distributed and DDP ------------------------------------------------------------------
