@@ -296,7 +296,7 @@ def train(comm, args, mode, seed, data, sleep_ms):
             if after_compute:
                 trained.register_comm_hook(None, sleep_first(default_hooks.allreduce_hook))
         else:
-            hook = pt.PartialAllreduceHook(comm, **pcoll_options)
+            hook = pt.PartialAllreduceHook(comm, staleness=args.staleness, **pcoll_options)
             trained.register_comm_hook(hook, sleep_first(pt.PartialAllreduceHook.hook) if after_compute
                                        else pt.PartialAllreduceHook.hook)
     else:
@@ -307,7 +307,8 @@ def train(comm, args, mode, seed, data, sleep_ms):
     snapshots = []  # (step, seconds on rank 0's clock, weights)
     off_clock = 0.0
     fresh_total = 0.0  # through the hook: each step's fresh ranks, averaged over its buckets
-    stale_total = 0.0  # through the optimizer: each round's share of gradients one step late
+    stale_total = 0.0  # each round's share of gradients one step late (through the hook: over buckets)
+    corrected_total = 0.0  # through the hook: the share of buckets whose optimizer momentum it could read
     loss_fn = nn.functional.cross_entropy
     comm.barrier()
     start = time.perf_counter()
@@ -330,6 +331,8 @@ def train(comm, args, mode, seed, data, sleep_ms):
         optimizer.step()
         if hook is not None:
             fresh_total += statistics.fmean(info.fresh for info in hook.last_info.values())
+            stale_total += statistics.fmean(hook.last_stale_share.values())
+            corrected_total += statistics.fmean(hook.momentum_known.values()) if hook.momentum_known else 0.0
         elif mode != "ddp":
             stale_total += optimizer.last_stale_share
     if hook is not None:
@@ -350,6 +353,7 @@ def train(comm, args, mode, seed, data, sleep_ms):
     record = {"mode": mode, "seed": seed, "steps": args.steps, "wall_s": wall,
               "ms_per_step": wall / args.steps * 1e3, "fresh_fraction": fresh_fraction,
               "stale_share": stale_total / args.steps,
+              "hook_momentum_known": corrected_total / args.steps if hook is not None else None,
               "replicas_identical": identical_everywhere(comm, state_digest(model))}
     if hook is not None:
         hook.close()
@@ -399,6 +403,7 @@ def report(comm, args, compute_ms, delay_ms, records_by_seed):
                          "steps_to_target": steps_to(r["curve"], target) if target is not None else None,
                          "speedup_to_target": (round(sync_ttt / ttt, 4) if ttt and sync_ttt else None),
                          "fresh_fraction": round(r["fresh_fraction"], 4), "stale_share": round(r["stale_share"], 4),
+                         "hook_momentum_known": r["hook_momentum_known"],
                          "replicas_identical": r["replicas_identical"], "curve": r["curve"]})
     summary = []
     if len(records_by_seed) > 1:

@@ -13,11 +13,13 @@ CPU tensors only (pcoll reduces host memory).
 """
 
 import datetime
+import math
 import operator
 import socket
 import struct
 import zlib
 
+import numpy as np
 import torch
 import torch.distributed
 
@@ -404,13 +406,107 @@ def init_process_group(comm, backend="gloo", timeout=datetime.timedelta(minutes=
     torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
 
 
+_SAMPLE = 1024  # coordinates of a bucket the hook fits the optimizer's step on
+
+
+def _exact_dot(a, b):
+    """sum(a * b) of float64 numpy vectors, correctly rounded: the same on every rank
+    whatever the thread count or summation order."""
+    return math.fsum((a * b).tolist())
+
+
+class _HookMomentum:
+    """What a comm hook needs to apply a staleness rule to one bucket without seeing the
+    optimizer: the optimizer's momentum, read off the parameters from step to step.
+
+    Under SGD with momentum (w <- w - lr v, v <- mu v + g + wd w) the parameters' step
+    d_t = w_t - w_{t-1} is -lr v_{t-1}, and d_{t+1} = mu d_t - lr g_t - lr wd w_t exactly
+    (up to rounding) in every coordinate. A least-squares fit of (mu, lr, lr wd) on a fixed
+    sample of coordinates, in float64 with correctly rounded sums, gives mu / lr, the same
+    on every rank; then mu v_{t-1} = -(mu / lr) d_t, and lowering the momentum of a
+    coordinate by a factor k is adding k (mu / lr) d_t to its gradient. Where the fit does
+    not hold (another optimizer, a changed learning rate, the first steps) nothing is
+    corrected that step."""
+
+    def __init__(self, slots, numel, dtype):
+        self.slots = slots
+        self.previous = torch.empty(numel, dtype=dtype)   # the parameters at the last step
+        self.have_previous = False
+        stride = max(1, numel // _SAMPLE)
+        self.picks = []   # per slot: the sampled offsets inside that parameter
+        for p, offset, n in slots:
+            first = -(-offset // stride) * stride
+            self.picks.append(torch.arange(min(first - offset, n), n, stride))  # none in a short one
+        self.w = None      # sample of the parameters at the last step
+        self.step = None   # sample of the step that led there (d_t)
+        self.grad = None   # sample of the gradient the hook returned then
+        self.ratio = None  # mu / lr from the last fit, or None
+        self.scratch = torch.empty(_CHUNK, dtype=dtype)
+
+    def _sample(self, tensors):
+        parts = [t.reshape(-1)[pick] for t, pick in zip(tensors, self.picks)]
+        return torch.cat(parts).to(torch.float64).numpy() if parts else np.zeros(0)
+
+    def _fit(self, step):
+        """mu / lr from d_t = mu d_{t-1} - lr g_{t-1} - lr wd w_{t-1}, or None."""
+        if self.step is None or len(step) < 8:
+            return None
+        columns = (self.step, -self.grad, -self.w)
+        a = np.array([[_exact_dot(x, y) for y in columns] for x in columns])
+        b = np.array([_exact_dot(x, step) for x in columns])
+        try:
+            mu, lr, lr_wd = np.linalg.solve(a, b)
+        except np.linalg.LinAlgError:
+            return None
+        scale = _exact_dot(step, step)
+        if not (0.0 < mu < 1.0 and lr > 0.0 and scale > 0.0):
+            return None
+        residual = step - (mu * self.step - lr * self.grad - lr_wd * self.w)
+        if _exact_dot(residual, residual) > 1e-6 * scale:
+            return None  # not SGD with momentum, or its learning rate changed
+        return mu / lr
+
+    def correct(self, buffer, share, opposed_only):
+        """Adds k (mu / lr) d_t to the bucket's averaged gradient (in `buffer`), where it
+        opposes the momentum when `opposed_only`. Returns whether the optimizer's momentum
+        could be read this step (whether a stale round is corrected)."""
+        params = [p.detach() for p, _, _ in self.slots]
+        w = self._sample(params)
+        step = w - self.w if self.w is not None else None
+        ratio = self._fit(step) if step is not None else None
+        k = min(1.0, _OPPOSED_GAIN * share) if opposed_only else share
+        corrected = ratio is not None and k > 0
+        for p, (_, offset, n) in zip(params, self.slots):
+            previous = self.previous[offset:offset + n]
+            if corrected:
+                g, now = buffer[offset:offset + n], p.reshape(-1)
+                for start in range(0, n, _CHUNK):
+                    gs, ws, ps = g[start:start + _CHUNK], now[start:start + _CHUNK], previous[start:start + _CHUNK]
+                    delta = ps.neg_().add_(ws)          # d_t, in the place of w_{t-1}
+                    if opposed_only:
+                        mask = self.scratch[:gs.numel()]
+                        torch.mul(gs, delta, out=mask)
+                        mask.gt_(0)                     # g . d > 0: g opposes v = -d / lr
+                        gs.addcmul_(delta, mask, value=k * ratio)
+                    else:
+                        gs.add_(delta, alpha=k * ratio)
+            previous.copy_(p.reshape(-1))
+        self.have_previous = True
+        self.ratio = ratio
+        self.w, self.step = w, step
+        self.grad = self._sample([buffer[offset:offset + n] for _, offset, n in self.slots])
+        return ratio is not None
+
+
 class _Bucket:
     """One DDP bucket's persistent allreduce, with the layout it was made for."""
 
-    def __init__(self, allreduce, key, slots):
+    def __init__(self, allreduce, key, slots, size=None, numel=0, dtype=None, rule="none"):
         self.allreduce = allreduce
         self.key = key        # (numel, dtype, parameter ids): what makes the handle reusable
         self.slots = slots    # [(parameter, offset, numel)] in the bucket's flat buffer
+        self.stale = _StaleShare(size) if size is not None else None
+        self.momentum = _HookMomentum(slots, numel, dtype) if size is not None and rule != "none" else None
 
 
 class PartialAllreduceHook:
@@ -431,13 +527,27 @@ class PartialAllreduceHook:
     .last_info maps bucket index to that bucket's latest RoundInfo. At the end of training,
     flush() adds every carried gradient to the parameters' .grad (zero them before, step
     after).
+
+    staleness (default "auto", agreed across ranks like DistributedOptimizer's) applies the
+    optimizer's rule per bucket, from what a hook sees: the bucket's stale share from its
+    rounds' info, and the optimizer's momentum read off the bucket's parameters from step to
+    step (an exact fit of SGD with momentum and weight decay; _HookMomentum). Where that fit
+    holds, lowering a coordinate's momentum by a factor k is adding k (mu / lr) d to its
+    gradient, d being the parameters' last step; elsewhere (another optimizer, a learning
+    rate that just changed, the first two steps) the bucket's gradient is left as it is that
+    step, and .momentum_known[index] says which. It keeps a copy of the bucket's parameters
+    (one more vector per bucket).
     """
 
     def __init__(self, comm, mode="solo", max_lag=1, sync_every=0, seed=0, late="carry", timeout_ms=None,
-                 quorum=0, grace_us=0):
+                 quorum=0, grace_us=0, staleness="auto"):
         self.comm = comm
         self._options = dict(mode=mode, max_lag=max_lag, sync_every=sync_every, seed=seed, late=late,
                              timeout_ms=timeout_ms, quorum=quorum, grace_us=grace_us)
+        self.staleness = _agree_on_staleness(comm, staleness, "PartialAllreduceHook")
+        self._partial = mode != "sync" and late != "drop"   # can a round hold stale gradient?
+        self.last_stale_share = {}   # bucket index -> the stale share of its latest round
+        self.momentum_known = {}     # bucket index -> whether the optimizer's momentum could be read
         self._buckets = {}
         self._carried = {}   # id(parameter) -> (parameter, averaged gradient a retired handle carried)
         self.last_info = {}
@@ -473,9 +583,15 @@ class PartialAllreduceHook:
         if current is None:
             name = _dtype_name(buffer.dtype, "PartialAllreduceHook: a gradient bucket")
             allreduce = self.comm.allreduce(buffer.numel(), dtype=name, op="avg", **self._options)
-            current = self._buckets[index] = _Bucket(allreduce, key, slots)
+            current = self._buckets[index] = _Bucket(allreduce, key, slots, self.comm.size if self._partial else None,
+                                                     buffer.numel(), buffer.dtype, self.staleness)
         info = current.allreduce.run(buffer, buffer)
         self.last_info[index] = info
+        share = current.stale.next(info) if current.stale is not None else 0.0
+        self.last_stale_share[index] = share
+        if current.momentum is not None:
+            with torch.no_grad():
+                self.momentum_known[index] = current.momentum.correct(buffer, share, self.staleness == "opposed")
         if self._carried:
             for p, offset, n in current.slots:
                 entry = self._carried.pop(id(p), None)

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pcoll
 from pcoll.torch import DistributedOptimizer, PartialAllreduceHook, broadcast_parameters, init_process_group
-from pcoll.torch import _StaleShare, _lower_opposed_momentum
+from pcoll.torch import _HookMomentum, _StaleShare, _lower_opposed_momentum
 from conftest import digest, same_everywhere
 
 torch.set_num_threads(1)
@@ -204,6 +204,57 @@ def test_staleness_rules_under_delays(comm, staleness):
         opt.flush()
     assert same_everywhere(comm, state_digest(model))
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("weight_decay, opposed_only", [(0.0, True), (5e-4, True), (5e-4, False)])
+def test_hook_reads_the_momentum_off_the_parameters_and_lowers_it(weight_decay, opposed_only):
+    # A bucket of two parameters under real SGD: the hook's correction must make the
+    # optimizer's momentum buffer follow mu (1 - k) v + g + wd w where it corrects, as the
+    # optimizer's own rule does, from the parameters alone.
+    torch.manual_seed(3)
+    # The short middle one falls between two sampled coordinates (stride 6).
+    a = torch.randn(3000, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3700, dtype=torch.float64, requires_grad=True)
+    params = [a, c, b]
+    sgd = torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=weight_decay)
+    slots = [(a, 0, 3000), (c, 3000, 2), (b, 3002, 3700)]
+    momentum = _HookMomentum(slots, 6702, torch.float64)
+    share, mu = 0.3, 0.9
+    k = min(1.0, 2 * share) if opposed_only else share
+    corrected = []
+    for step in range(8):
+        buffer = torch.randn(6702, dtype=torch.float64)
+        raw = buffer.clone()
+        before = [sgd.state[p]["momentum_buffer"].clone() for p in params] if step else None
+        weights = torch.cat([p.detach().clone() for p in params])
+        with torch.no_grad():
+            corrected.append(momentum.correct(buffer, share, opposed_only))
+        a.grad, c.grad, b.grad = buffer[:3000].clone(), buffer[3000:3002].clone(), buffer[3002:].clone()
+        sgd.step()
+        if corrected[-1]:
+            v_before = torch.cat(before)
+            lowered = (raw * v_before < 0) if opposed_only else torch.ones_like(raw, dtype=torch.bool)
+            expected = torch.where(lowered, mu * (1 - k) * v_before, mu * v_before) + raw + weight_decay * weights
+            v_after = torch.cat([sgd.state[p]["momentum_buffer"] for p in params])
+            assert torch.allclose(v_after, expected, rtol=1e-6, atol=1e-9), step
+    # The first two steps have no parameter steps to fit; from the third on, every step fits.
+    assert corrected == [False, False] + [True] * 6
+
+
+def test_hook_leaves_an_optimizer_it_cannot_read_alone():
+    torch.manual_seed(4)
+    a = torch.randn(2000, dtype=torch.float64, requires_grad=True)
+    adam = torch.optim.Adam([a], lr=0.01)
+    momentum = _HookMomentum([(a, 0, 2000)], 2000, torch.float64)
+    for _ in range(6):
+        buffer = torch.randn(2000, dtype=torch.float64)
+        raw = buffer.clone()
+        with torch.no_grad():
+            assert not momentum.correct(buffer, 0.5, True)
+        assert torch.equal(buffer, raw)
+        a.grad = buffer
+        adam.step()
 
 
 def test_staleness_does_nothing_in_sync_mode(comm):
