@@ -419,7 +419,7 @@ def report(comm, args, compute_ms, delay_ms, records_by_seed):
                             "seeds": [row["seed"] for row in mine],
                             **{key: med(key) for key in ("wall_s", "ms_per_step", "final_accuracy",
                                                          "target_accuracy", "time_to_target_s", "steps_to_target",
-                                                         "speedup_to_target", "fresh_fraction")},
+                                                         "speedup_to_target", "fresh_fraction", "stale_share")},
                             "replicas_identical": all(row["replicas_identical"] for row in mine)})
     if args.json:
         for row in rows + summary:
