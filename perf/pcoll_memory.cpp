@@ -135,9 +135,10 @@ int main(int argc, char** argv) {
     check(pcoll_allreduce_destroy(handle), "pcoll_allreduce_destroy");
 
     const double vector = 4.0 * static_cast<double>(count);
-    // The work buffer holds the vector and 2P flags in float32 (design.md); the rest of
-    // what is registered is the landing pool.
-    const double work = 4.0 * static_cast<double>(count + 2 * static_cast<uint64_t>(job.size()));
+    // The work buffer holds the vector and ceil(P / 32) + 4 flag words of float32's size
+    // (design.md); the rest of what is registered is the landing pool.
+    const uint64_t flag_words = (static_cast<uint64_t>(job.size()) + 31) / 32 + 4;
+    const double work = 4.0 * static_cast<double>(count + flag_words);
     const double pool = static_cast<double>(stats.registered_bytes) - work;
     const bool anyone_late = late_rank >= 0 && job.size() > 1;
     const double bound = (anyone_late ? 2.0 : 1.0) * vector + pool + kSlackBytes;

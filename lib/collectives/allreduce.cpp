@@ -2,10 +2,10 @@
 //
 // Round t's contribution of this rank is carry + sendbuf_t when the application posted
 // round t before the engine joined it, else the carry alone (the late sendbuf_t is folded
-// into the carry when it arrives). Each contribution is followed by 2P flag elements
-// (fresh flags, then initiator flags) that are reduced with the same op as the data, so
-// every rank learns who was fresh and who initiated from the result itself, and all ranks
-// agree on it without another message.
+// into the carry when it arrives). Each contribution is followed by the round's flag
+// words (round_flags.hpp: a fresh bitmap, the lowest initiator, the flush words), combined
+// where the plan reduces the data, so every rank learns who was fresh and who initiated
+// from the result itself, and all ranks agree on it without another message.
 #include <collectives/allreduce.hpp>
 
 #include <algorithm>
@@ -384,8 +384,9 @@ void Allreduce::write_chunk(const Step& step, const Chunk& chunk, uint64_t round
 }
 
 void Allreduce::reduce_chunk(const Step& step, const Chunk& chunk, uint64_t round, bool final) {
-  reduce_into(spec_.dtype, spec_.op, memory_->work() + memory_->acc_bytes(chunk.offset),
-              memory_->landing() + memory_->acc_bytes(step.recv->landing_offset(round, chunk.index)), chunk.count);
+  reduce_vector(spec_.dtype, spec_.op, memory_->flags(), spec_.count, memory_->work() + memory_->acc_bytes(chunk.offset),
+                memory_->landing() + memory_->acc_bytes(step.recv->landing_offset(round, chunk.index)), chunk.offset,
+                chunk.count);
   if (final) final_elements(chunk.offset, chunk.count, round);
 }
 
@@ -408,8 +409,8 @@ void Allreduce::signal_peer(int peer, uint32_t tag, uint64_t round) {
 }
 
 void Allreduce::reduce_from_peer(int peer, size_t offset, size_t count, uint64_t /*round*/) {
-  reduce_into(spec_.dtype, spec_.op, memory_->work() + memory_->acc_bytes(offset),
-              peer_work(peer) + memory_->acc_bytes(offset), count);
+  reduce_vector(spec_.dtype, spec_.op, memory_->flags(), spec_.count, memory_->work() + memory_->acc_bytes(offset),
+                peer_work(peer) + memory_->acc_bytes(offset), offset, count);
   observe([&](RoundObserver& o) { o.read(memory_->acc_bytes(count)); });
 }
 

@@ -6,14 +6,15 @@
 #include <collectives/direct_executor.hpp>
 #include <collectives/plan_executor.hpp>
 #include <collectives/reduce_plan.hpp>
+#include <collectives/round_flags.hpp>
 #include <support/error.hpp>
 
 namespace pcoll {
 
 ChosenExecutor choose_executor(const ExecutorInputs& in) {
-  const size_t total_elems = in.count + 2 * static_cast<size_t>(in.ranks);
+  const size_t total_elems = in.count + RoundFlags(in.ranks, in.acc_elem_bytes).words();
   // The threshold is about the caller's vector: a 64 KiB gradient stays on recursive
-  // doubling at the default, whatever the 2P flag elements add.
+  // doubling at the default, whatever the flag words add.
   const ReduceAlgorithm algorithm = choose_algorithm(in.ranks, in.count * in.acc_elem_bytes, in.rd_max_bytes);
   const size_t chunk_elems = chunk_elems_for(total_elems, in.chunk_bytes, in.acc_elem_bytes, in.max_chunks);
   ChosenExecutor chosen;

@@ -17,18 +17,6 @@ namespace {
 // Elements converted at a time when a result is handed over in place.
 constexpr size_t kScratchElems = 16384;
 
-double flag_mark(pcoll_op_t op) { return op == PCOLL_OP_MIN ? -1.0 : 1.0; }
-
-void store_flag(pcoll_dtype_t acc_dtype, std::byte* at, double value) {
-  switch (acc_dtype) {
-    case PCOLL_FLOAT32: { const float v = static_cast<float>(value); std::memcpy(at, &v, sizeof v); break; }
-    case PCOLL_FLOAT64: std::memcpy(at, &value, sizeof value); break;
-    case PCOLL_INT32: { const auto v = static_cast<int32_t>(value); std::memcpy(at, &v, sizeof v); break; }
-    case PCOLL_INT64: { const auto v = static_cast<int64_t>(value); std::memcpy(at, &v, sizeof v); break; }
-    default: fail(Errc::internal, "no flag encoding for the accumulation type");
-  }
-}
-
 // Carries accumulate sums for avg: the division by P happens once, in the result.
 pcoll_op_t carry_op(pcoll_op_t op) { return op == PCOLL_OP_AVG ? PCOLL_OP_SUM : op; }
 
@@ -47,56 +35,28 @@ uint64_t saturating_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 
 uint64_t rounded_to_line(uint64_t bytes) { return bytes > UINT64_MAX - 63 ? UINT64_MAX : (bytes + 63) / 64 * 64; }
 
-// A flag's magnitude: 0 (not set), 1 (fresh), 2 (flushed).
-double flag_magnitude(pcoll_dtype_t acc_dtype, const std::byte* at) {
-  switch (acc_dtype) {
-    case PCOLL_FLOAT32: { float v; std::memcpy(&v, at, sizeof v); return std::abs(static_cast<double>(v)); }
-    case PCOLL_FLOAT64: { double v; std::memcpy(&v, at, sizeof v); return std::abs(v); }
-    case PCOLL_INT32: { int32_t v; std::memcpy(&v, at, sizeof v); return std::abs(static_cast<double>(v)); }
-    case PCOLL_INT64: { int64_t v; std::memcpy(&v, at, sizeof v); return std::abs(static_cast<double>(v)); }
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 uint64_t HandleMemory::footprint(const HandleSpec& spec, int ranks, size_t landing_elems, size_t counter_words) {
   const uint64_t acc = wire_element_bytes(spec.dtype);
-  const uint64_t work = rounded_to_line(saturating_mul(saturating_add(spec.count, 2 * static_cast<uint64_t>(ranks)), acc));
+  const uint64_t flag_words = RoundFlags(ranks, acc).words();
+  const uint64_t work = rounded_to_line(saturating_mul(saturating_add(spec.count, flag_words), acc));
   const uint64_t landing = rounded_to_line(saturating_mul(landing_elems, acc));
   const uint64_t scratch = saturating_mul(std::min<uint64_t>(spec.count, kScratchElems), acc);
   return saturating_add(saturating_add(work, landing), saturating_add(saturating_mul(counter_words, 8), scratch));
 }
 
 std::optional<std::pair<int, int>> HandleMemory::mixed_flush() const {
-  const std::byte* flags = work() + acc_bytes(total_elems_ - 2 * static_cast<size_t>(ranks_));
-  int flushed = -1, other = -1;
-  for (int r = 0; r < ranks_; ++r) {
-    const bool flush = flag_magnitude(acc_dtype_, flags + acc_bytes(static_cast<size_t>(r))) > 1.5;
-    if (flush && flushed < 0) flushed = r;
-    if (!flush && other < 0) other = r;
-  }
-  if (flushed < 0 || other < 0) return std::nullopt;
-  return std::make_pair(flushed, other);
-}
-
-bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at) {
-  switch (acc_dtype) {
-    case PCOLL_FLOAT32: { float v; std::memcpy(&v, at, sizeof v); return v != 0.0f; }
-    case PCOLL_FLOAT64: { double v; std::memcpy(&v, at, sizeof v); return v != 0.0; }
-    case PCOLL_INT32: { int32_t v; std::memcpy(&v, at, sizeof v); return v != 0; }
-    case PCOLL_INT64: { int64_t v; std::memcpy(&v, at, sizeof v); return v != 0; }
-    default: return false;
-  }
+  return flags_.read(work() + acc_bytes(spec_count())).mixed;
 }
 
 HandleMemory::HandleMemory(transport::Transport& transport, const HandleSpec& spec, int rank, int ranks,
                            size_t landing_elems, size_t counter_words, WriteSettler& settler)
-    : spec_(spec), rank_(rank), ranks_(ranks), settler_(settler) {
+    : spec_(spec), rank_(rank), ranks_(ranks), settler_(settler), flags_(ranks, wire_element_bytes(spec.dtype)) {
   acc_dtype_ = accumulation_dtype(spec.dtype);
   acc_elem_bytes_ = wire_element_bytes(spec.dtype);
   user_elem_bytes_ = element_bytes(spec.dtype);
-  total_elems_ = spec.count + 2 * static_cast<size_t>(ranks);
+  total_elems_ = spec.count + flags_.words();
   // Registered: what peers write into, the work buffer and the landing pool (and what a
   // mode counts with). The carry and late callers' results need no registration.
   work_bytes_ = (acc_bytes(total_elems_) + 63) / 64 * 64;
@@ -125,15 +85,9 @@ void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, b
   carry_in_work_ = false;
   holds_ = Holds::round;
   early_delivered_ = 0;
-  std::byte* flags = acc + acc_bytes(count);
-  const auto ranks = static_cast<size_t>(ranks_);
-  std::memset(flags, 0, acc_bytes(2 * ranks));
-  const double mark = flag_mark(spec_.op);
-  const auto rank = static_cast<size_t>(rank_);
-  // A flush marks its fresh flag twice: a round some ranks flush and others run is a
+  // A flush names itself in the flush words: a round some ranks flush and others run is a
   // mismatch (mixed_flush).
-  if (fresh) store_flag(acc_dtype_, flags + acc_bytes(rank), flush ? 2 * mark : mark);
-  if (initiated) store_flag(acc_dtype_, flags + acc_bytes(ranks + rank), mark);
+  flags_.write(acc + acc_bytes(count), rank_, fresh, initiated, flush);
 }
 
 void HandleMemory::deliver_early(void* recvbuf, const void* pending_late, size_t first, size_t elems) {

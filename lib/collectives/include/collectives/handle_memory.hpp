@@ -4,9 +4,9 @@
 // not collected while the engine needs the work buffer (the result ring), and the scratch
 // of an in-place hand-over.
 //
-// The work buffer holds count + 2P accumulation elements: the contribution and, as the plan
-// runs, the partial and final result, then P fresh flags and P initiator flags reduced with
-// the same op as the data. Between rounds it holds this rank's carry or a result not yet
+// The work buffer holds count accumulation elements and the round's flag words
+// (round_flags.hpp): the contribution and, as the plan runs, the partial and final result
+// and the combined flags. Between rounds it holds this rank's carry or a result not yet
 // handed over (holds()). Engine lock held for every call.
 #pragma once
 
@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include <collectives/round_flags.hpp>
 #include <collectives/round_info.hpp>
 #include <pcoll/pcoll.h>
 #include <transport/transport.hpp>
@@ -65,6 +66,7 @@ class HandleMemory {
   size_t counters_offset() const { return work_bytes_ + landing_bytes_; }
   size_t acc_bytes(size_t elems) const { return elems * acc_elem_bytes_; }
   size_t total_elems() const { return total_elems_; }
+  const RoundFlags& flags() const { return flags_; }
   Holds holds() const { return holds_; }
   bool has_carry() const { return carry_in_work_ || !spill_.empty(); }
 
@@ -79,8 +81,9 @@ class HandleMemory {
   void contribute(const void* sendbuf, bool fresh, bool initiated, bool flush = false);
   // The round completed: the work buffer holds its result.
   void round_completed() { holds_ = Holds::result; }
-  // Reads the flags of the completed round in the work buffer into `info` (round number,
-  // fresh count and mask); calls `initiated(rank)` for each rank whose initiator flag is set.
+  // Reads the flags of the completed round in the work buffer into `info` (fresh count and
+  // mask, initiator); calls `initiated(rank)` with the lowest and the highest rank that
+  // initiated, if any.
   template <typename OnInitiator>
   void read_flags(RoundInfo& info, OnInitiator&& initiated) const;
   // The completed round in the work buffer: a rank that flushed it and one that did not,
@@ -117,7 +120,10 @@ class HandleMemory {
   pcoll_dtype_t acc_dtype_;
   size_t acc_elem_bytes_ = 0;
   size_t user_elem_bytes_ = 0;
-  size_t total_elems_ = 0;  // count + 2P flag elements (fresh, initiator)
+  size_t spec_count() const { return total_elems_ - flags_.words(); }
+
+  RoundFlags flags_;
+  size_t total_elems_ = 0;  // count + the flag words
   size_t work_bytes_ = 0;
   size_t landing_bytes_ = 0;
   std::unique_ptr<transport::LocalRegion> region_;
@@ -130,26 +136,14 @@ class HandleMemory {
   std::vector<bool> late_by_round_;
 };
 
-// Flag element value: op(mark, 0) must be the mark and op(0, 0) zero, for every op.
-bool load_flag(pcoll_dtype_t acc_dtype, const std::byte* at);
-
 template <typename OnInitiator>
 void HandleMemory::read_flags(RoundInfo& info, OnInitiator&& initiated) const {
-  const size_t count = total_elems_ - 2 * static_cast<size_t>(ranks_);
-  const std::byte* flags = work() + acc_bytes(count);
-  info.fresh = 0;
-  info.initiator = -1;
-  info.fresh_mask.assign((static_cast<size_t>(ranks_) + 63) / 64, 0);
-  for (int r = 0; r < ranks_; ++r) {
-    if (load_flag(acc_dtype_, flags + acc_bytes(static_cast<size_t>(r)))) {
-      info.fresh_mask[static_cast<size_t>(r) / 64] |= uint64_t{1} << (r % 64);
-      ++info.fresh;
-    }
-    if (load_flag(acc_dtype_, flags + acc_bytes(static_cast<size_t>(ranks_ + r)))) {
-      initiated(r);
-      if (info.initiator < 0) info.initiator = r;
-    }
-  }
+  RoundFlags::Read read = flags_.read(work() + acc_bytes(spec_count()));
+  info.fresh = read.fresh;
+  info.fresh_mask = std::move(read.fresh_mask);
+  info.initiator = read.initiator;
+  if (read.initiator >= 0) initiated(read.initiator);
+  if (read.last_initiator != read.initiator) initiated(read.last_initiator);
 }
 
 }  // namespace pcoll
