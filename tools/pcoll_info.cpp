@@ -18,6 +18,8 @@
 
 #include <api/settings_catalog.hpp>
 #include <bootstrap/selection.hpp>
+#include <collectives/collectives_settings.hpp>
+#include <collectives/plan_table.hpp>
 #include <registry/registry.hpp>
 #include <support/error.hpp>
 #include <support/pcoll_config.h>
@@ -303,6 +305,18 @@ void print_json(const Report& r) {
   std::printf("%s\n", j.text().c_str());
 }
 
+// The reduction plans' table and the rules this environment gives a handle (plan_table.hpp);
+// `error` gets why the rules are refused, if they are.
+std::vector<pcoll::PlanRule> plan_rules_in_effect(std::string& error) {
+  try {
+    return pcoll::effective_plan_rules(pcoll::CollectivesSettings::get_text("PCOLL_PLAN_RULES").value_or(""),
+                                       pcoll::CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES"));
+  } catch (const pcoll::Error& e) {
+    error = e.what();
+    return {};
+  }
+}
+
 // --config: the settings catalog (api/settings_catalog.hpp) as this process's environment sets it.
 void print_config_text() {
   namespace settings = pcoll::settings;
@@ -321,6 +335,12 @@ void print_config_text() {
   for (const auto& unknown : settings::unknown_variables(settings::catalog()))
     std::printf("%-28s UNKNOWN (ignored; the closest known name is %s)\n", unknown.name.c_str(),
                 unknown.closest.c_str());
+  std::printf("\nreduction plans (PCOLL_PLAN_RULES, then the defaults of PCOLL_RD_MAX_BYTES):\n");
+  for (const pcoll::PlanRow& row : pcoll::plan_rows()) std::printf("%-20s %s\n", row.name, row.applies);
+  std::string error;
+  const auto rules = plan_rules_in_effect(error);
+  if (error.empty()) std::printf("rules in effect, first match wins: %s\n", pcoll::format_plan_rules(rules).c_str());
+  else std::printf("rules REFUSED: %s\n", error.c_str());
 }
 
 void print_config_json() {
@@ -355,6 +375,19 @@ void print_config_json() {
     j.close('}');
   }
   j.close(']');
+  j.key("plans");
+  j.open('[');
+  for (const pcoll::PlanRow& row : pcoll::plan_rows()) {
+    j.open('{');
+    j.member("name", std::string(row.name));
+    j.member("applies", std::string(row.applies));
+    j.close('}');
+  }
+  j.close(']');
+  std::string error;
+  const auto rules = plan_rules_in_effect(error);
+  if (error.empty()) j.member("plan_rules", pcoll::format_plan_rules(rules));
+  else j.member("plan_rules_error", error);
   j.close('}');
   std::printf("%s\n", j.text().c_str());
 }

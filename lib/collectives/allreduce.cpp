@@ -100,7 +100,7 @@ void Allreduce::prepare() {
   inputs.acc_elem_bytes = wire_element_bytes(spec_.dtype);
   inputs.chunk_bytes = spec_.chunk_bytes;
   inputs.pool_bytes = spec_.pool_bytes;
-  inputs.rd_max_bytes = spec_.rd_max_bytes;
+  inputs.plan_rules = spec_.plan_rules;
   inputs.flat_plan = spec_.flat_plan;
   inputs.peers_mapped = peers_mapped();
   inputs.max_chunks = codec_.max_chunks();

@@ -5,6 +5,7 @@
 
 #include <collectives/direct_executor.hpp>
 #include <collectives/plan_executor.hpp>
+#include <collectives/plan_table.hpp>
 #include <collectives/reduce_plan.hpp>
 #include <collectives/round_flags.hpp>
 #include <support/error.hpp>
@@ -13,14 +14,19 @@ namespace pcoll {
 
 ChosenExecutor choose_executor(const ExecutorInputs& in) {
   const size_t total_elems = in.count + RoundFlags(in.ranks, in.acc_elem_bytes).words();
-  // The threshold is about the caller's vector: a 64 KiB gradient stays on recursive
-  // doubling at the default, whatever the flag words add.
-  const ReduceAlgorithm algorithm = choose_algorithm(in.ranks, in.count * in.acc_elem_bytes, in.rd_max_bytes);
   const size_t chunk_elems = chunk_elems_for(total_elems, in.chunk_bytes, in.acc_elem_bytes, in.max_chunks);
+  PlanQuery query;
+  query.bytes = static_cast<uint64_t>(total_elems) * in.acc_elem_bytes;
+  query.direct_possible = !in.flat_plan && in.ranks > 1 && static_cast<uint32_t>(in.ranks) <= in.max_chunks &&
+                          DirectExecutor::kPhases <= in.max_tags && in.peers_mapped;
+  const PlanKind kind = choose_plan(in.plan_rules, query);
   ChosenExecutor chosen;
-  chosen.direct = !in.flat_plan && in.ranks > 1 && in.count * in.acc_elem_bytes > in.rd_max_bytes &&
-                  static_cast<uint32_t>(in.ranks) <= in.max_chunks && DirectExecutor::kPhases <= in.max_tags &&
-                  in.peers_mapped;
+  chosen.direct = kind == PlanKind::direct;
+  // With two or fewer ranks after the fold-in Rabenseifner is recursive doubling's single
+  // exchange or less.
+  const ReduceAlgorithm algorithm = kind == PlanKind::rabenseifner && core_ranks(in.ranks) > 2
+                                        ? ReduceAlgorithm::rabenseifner
+                                        : ReduceAlgorithm::recursive_doubling;
   // The landing pool of one exchange: pool_bytes worth of chunks, at least two.
   const size_t pool_chunks = std::max<size_t>(2, in.pool_bytes / (chunk_elems * in.acc_elem_bytes));
   ReducePlan plan = make_plan(algorithm, in.ranks, in.rank, chosen.direct ? 0 : total_elems, chunk_elems, pool_chunks);

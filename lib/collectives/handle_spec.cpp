@@ -35,7 +35,8 @@ void read_settings(HandleSpec& spec, const std::function<void(bool, const std::s
     if (spec.pool_bytes < 2 * spec.chunk_bytes)
       invalid_argument("PCOLL_POOL_BYTES=" + std::to_string(spec.pool_bytes) + " holds less than two chunks of "
                        "PCOLL_CHUNK_BYTES=" + std::to_string(spec.chunk_bytes) + "; raise it or lower PCOLL_CHUNK_BYTES");
-    spec.rd_max_bytes = CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES");
+    spec.plan_rules = effective_plan_rules(CollectivesSettings::get_text("PCOLL_PLAN_RULES").value_or(""),
+                                           CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES"));
     spec.flat_plan = CollectivesSettings::get_choice("PCOLL_PLAN") == "flat";
     if (const auto dir = CollectivesSettings::get_text("PCOLL_TRACE")) {
       std::error_code error;
@@ -98,7 +99,7 @@ Signature signature_of(const HandleSpec& spec, uint32_t handle) {
   return Signature{spec.count, static_cast<uint64_t>(spec.dtype), static_cast<uint64_t>(spec.op),
                    static_cast<uint64_t>(spec.mode), static_cast<uint64_t>(spec.opts.late), spec.opts.max_lag,
                    spec.opts.sync_every, spec.opts.seed, spec.opts.quorum, spec.opts.grace_us, spec.chunk_bytes,
-                   spec.pool_bytes, spec.rd_max_bytes, handle, spec.trace_dir.empty() ? 0u : 1u, spec.flat_plan ? 1u : 0u, 0};
+                   spec.pool_bytes, plan_rules_digest(spec.plan_rules), handle, spec.trace_dir.empty() ? 0u : 1u, spec.flat_plan ? 1u : 0u, 0};
 }
 
 std::string describe(const Signature& s) {
@@ -111,7 +112,7 @@ std::string describe(const Signature& s) {
          " max_lag=" + std::to_string(s.max_lag) + " sync_every=" + std::to_string(s.sync_every) +
          " seed=" + std::to_string(s.seed) + " quorum=" + std::to_string(s.quorum) +
          " grace_us=" + std::to_string(s.grace_us) + " chunk_bytes=" + std::to_string(s.chunk_bytes) +
-         " pool_bytes=" + std::to_string(s.pool_bytes) + " rd_max_bytes=" + std::to_string(s.rd_max_bytes) +
+         " pool_bytes=" + std::to_string(s.pool_bytes) + " plan_rules=#" + std::to_string(s.plan_rules) + " (PCOLL_PLAN_RULES, PCOLL_RD_MAX_BYTES)" +
          " handle=" + std::to_string(s.handle) + " traced=" + std::to_string(s.traced) + " (PCOLL_TRACE) plan=" +
          (s.flat_plan ? "flat" : "auto") + " (PCOLL_PLAN) direct=" + std::to_string(s.direct) +
          " (1: every peer's memory maps here)";

@@ -298,14 +298,6 @@ ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t
   invalid_argument("unknown reduction algorithm " + std::to_string(static_cast<int>(algorithm)));
 }
 
-ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes, std::size_t recursive_doubling_max_bytes) {
-  // With two or fewer core ranks both algorithms do a single full exchange or less.
-  if (core_ranks(ranks) <= 2 || bytes <= recursive_doubling_max_bytes) {
-    return ReduceAlgorithm::recursive_doubling;
-  }
-  return ReduceAlgorithm::rabenseifner;
-}
-
 std::size_t chunk_elems_for(std::size_t count, std::size_t chunk_bytes, std::size_t element_bytes,
                             std::size_t max_chunks) {
   if (element_bytes == 0) invalid_argument("chunk_elems_for: element_bytes must be >= 1");

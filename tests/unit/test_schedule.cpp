@@ -753,17 +753,6 @@ TEST_CASE("invalid ranks and chunk sizes are rejected with an error") {
   CHECK_THROWS_AS(core_rank(5, 4), Error);
 }
 
-TEST_CASE("small vectors use recursive doubling, large ones rabenseifner") {
-  CHECK(choose_algorithm(16, 1024) == ReduceAlgorithm::recursive_doubling);
-  CHECK(choose_algorithm(16, kRecursiveDoublingMaxBytes) == ReduceAlgorithm::recursive_doubling);
-  CHECK(choose_algorithm(16, kRecursiveDoublingMaxBytes + 1) == ReduceAlgorithm::rabenseifner);
-  CHECK(choose_algorithm(16, 1 << 20) == ReduceAlgorithm::rabenseifner);
-  CHECK(choose_algorithm(2, 1 << 20) == ReduceAlgorithm::recursive_doubling);
-  CHECK(choose_algorithm(3, 1 << 20) == ReduceAlgorithm::recursive_doubling);
-  CHECK(choose_algorithm(5, 1 << 20) == ReduceAlgorithm::rabenseifner);
-  CHECK(choose_algorithm(16, 1 << 20, 1 << 20) == ReduceAlgorithm::recursive_doubling);
-}
-
 TEST_CASE("bounded landing pools: rounds stay exact, no ring position is overwritten, no deadlock") {
   for (const ReduceAlgorithm algorithm : kAlgorithms) {
     for (const int ranks : {2, 3, 4, 5, 6, 8}) {

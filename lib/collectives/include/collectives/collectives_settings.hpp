@@ -43,11 +43,15 @@ inline constexpr auto kCollectivesRows = std::to_array<Setting>({
     // smaller copies and reductions win from 64 KiB (docs/performance.md).
     {.name = "PCOLL_RD_MAX_BYTES", .kind = Kind::user, .type = Type::unsigned_int, .fallback = "32768",
      .min = 0, .max = uint64_t{1} << 40,
-     .doc = "recursive doubling up to this many bytes of the vector (accumulation type), "
-            "Rabenseifner above"},
+     .doc = "recursive doubling up to this many bytes a round moves (the vector in the accumulation "
+            "type and its flag words), the direct plan or Rabenseifner above: the defaults of PCOLL_PLAN_RULES"},
     {.name = "PCOLL_PLAN", .kind = Kind::user, .type = Type::choice, .fallback = "auto", .choices = kPlanChoices,
      .doc = "reduction plan above PCOLL_RD_MAX_BYTES: auto (ranks that all map each other's memory, "
             "one host on ucx:shm, reduce from it where it lies; others Rabenseifner) or flat (Rabenseifner always)"},
+    {.name = "PCOLL_PLAN_RULES", .kind = Kind::user, .type = Type::text, .fallback = "",
+     .doc = "reduction plans by the bytes a round moves (vector and flag words), tried before the "
+            "defaults: name:from-to,... with sizes in bytes, K, M or G, to may be inf (e.g. "
+            "recursive_doubling:0-32K,rabenseifner:32K-inf); plans: recursive_doubling, rabenseifner, direct"},
     {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
      .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
 });

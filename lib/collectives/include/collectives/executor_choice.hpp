@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <collectives/plan_table.hpp>
 
 #include <collectives/round_executor.hpp>
 
@@ -17,11 +20,11 @@ struct ExecutorInputs {
   int ranks = 1;
   int rank = 0;
   uint32_t handle = 0;
-  size_t count = 0;           // the caller's elements (the 2P flag elements come on top)
+  size_t count = 0;           // the caller's elements (the flag words come on top)
   size_t acc_elem_bytes = 4;  // bytes of one accumulation element (dtype.hpp)
   size_t chunk_bytes = 0;     // PCOLL_CHUNK_BYTES
   size_t pool_bytes = 0;      // PCOLL_POOL_BYTES
-  size_t rd_max_bytes = 0;    // PCOLL_RD_MAX_BYTES
+  std::vector<PlanRule> plan_rules;  // the handle's rules (plan_table.hpp)
   bool flat_plan = false;     // PCOLL_PLAN=flat
   bool peers_mapped = false;  // every peer's memory maps here (Transport::maps_memory_of)
   uint32_t max_chunks = 1;    // what a notification numbers (NoticeCodec)
@@ -36,9 +39,10 @@ struct ChosenExecutor {
   size_t landing_elems = 0;  // the landing pool the handle's memory must hold
 };
 
-// Recursive doubling up to rd_max_bytes of the caller's vector, Rabenseifner above; above
-// it, ranks that all map each other's memory run the direct plan unless flat_plan. Throws
-// Error(unsupported) when the plan needs more exchange tags than a notification numbers.
+// The first of plan_rules that holds the bytes a round moves (the vector and its flag words)
+// and whose plan applies (the direct plan: every peer maps here, not flat_plan, and the
+// notifications number its phases and slices). Throws Error(unsupported) when the plan
+// needs more exchange tags than a notification numbers.
 ChosenExecutor choose_executor(const ExecutorInputs& in);
 
 }  // namespace pcoll

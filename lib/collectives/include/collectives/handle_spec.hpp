@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <collectives/plan_table.hpp>
 #include <pcoll/pcoll.h>
 #include <transport/transport.hpp>
 
@@ -28,7 +29,7 @@ struct HandleSpec {
   pcoll_allreduce_opts_t opts{};  // defaults resolved: timeout_ms, the mode's own options
   size_t chunk_bytes = 0;         // pipelining chunk of large steps (PCOLL_CHUNK_BYTES)
   size_t pool_bytes = 0;          // landing pool per incoming exchange (PCOLL_POOL_BYTES)
-  size_t rd_max_bytes = 0;        // recursive doubling up to this many bytes (PCOLL_RD_MAX_BYTES)
+  std::vector<PlanRule> plan_rules;  // PCOLL_PLAN_RULES, then the defaults of PCOLL_RD_MAX_BYTES
   bool flat_plan = false;         // PCOLL_PLAN=flat: never the direct plan
   std::string trace_dir;          // PCOLL_TRACE; empty: no round trace
   int64_t trace_clock_skew_ns = 0;  // PCOLL_TEST_CLOCK_SKEW_MS
@@ -58,7 +59,7 @@ HandleSpec make_spec(const CreateRequest& request, int ranks, std::chrono::milli
 // The arguments every rank must pass alike, as compared at creation, with the handle's id.
 struct Signature {
   uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, quorum, grace_us, chunk_bytes, pool_bytes,
-      rd_max_bytes, handle, traced, flat_plan;
+      plan_rules, handle, traced, flat_plan;  // plan_rules: plan_rules_digest
   uint64_t direct;  // the handle runs the direct plan here (set by the handle, not the spec)
   bool operator==(const Signature&) const = default;
 };

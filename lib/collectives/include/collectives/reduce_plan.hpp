@@ -183,14 +183,6 @@ ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chun
 ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
                      std::size_t chunk_elems, std::size_t pool_chunks = kUnboundedPool);
 
-// Recursive doubling up to recursive_doubling_max_bytes of accumulation data, then
-// Rabenseifner (which only pays off once its 2*log2(p2) latencies are hidden by
-// bandwidth). The default (PCOLL_RD_MAX_BYTES) is 32 KiB: at P=4 on ucx:shm Rabenseifner's
-// smaller copies and reductions win from 64 KiB (docs/performance.md).
-inline constexpr std::size_t kRecursiveDoublingMaxBytes = 32 * 1024;
-ReduceAlgorithm choose_algorithm(int ranks, std::size_t bytes,
-                                 std::size_t recursive_doubling_max_bytes = kRecursiveDoublingMaxBytes);
-
 // The chunk size, in elements, of a plan over count elements of element_bytes each:
 // chunk_bytes (PCOLL_CHUNK_BYTES) worth, at least one, and large enough that no transfer
 // needs more than max_chunks chunks (what a notification can number: NoticeCodec).
