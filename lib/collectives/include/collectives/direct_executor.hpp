@@ -1,7 +1,7 @@
 // The direct plan: ranks that map each other's memory (one host, a provider that maps a
 // peer's regions: Transport::maps_memory_of) reduce by reading each other's contributions
 // where they lie, instead of writing them through landing rings (docs/design.md, "The
-// direct plan"). The vector (count accumulation elements, the 2P flag elements included) is
+// direct plan"). The vector (count accumulation elements, the flag words included) is
 // cut into P slices (block_offset/block_elems: the first count % P slices one element
 // longer); rank r owns slice r. One round is three phases, each ending when every peer
 // said it finished that phase (a data notice: tag = phase, chunk = the sender's rank):
