@@ -355,17 +355,22 @@ void Allreduce::complete_round() {
 
 void Allreduce::fill_info(uint64_t round, RoundInfo& info) {
   info.round = round;
-  memory_->read_flags(info, [&](int initiator) {
-    // A rank the mode does not let start this round initiated it: a broken peer.
-    if (policy_->may_initiate(round, initiator)) return;
+  RoundFlags::Read flags = memory_->read_flags();
+  info.fresh = flags.fresh;
+  info.fresh_mask = std::move(flags.fresh_mask);
+  info.initiator = flags.initiator;
+  // A rank the mode does not let start this round initiated it: a broken peer. The lowest
+  // and the highest initiator are checked, so a mode with one initiator sees any other.
+  for (const int initiator : {flags.initiator, flags.last_initiator}) {
+    if (initiator < 0 || policy_->may_initiate(round, initiator)) continue;
     const int drawn = policy_->awaited_initiator(round);
     fail(Errc::protocol, "rank " + std::to_string(initiator) + " initiated round " + std::to_string(round) + " of " +
                              name_of(mode_names(), spec_.mode) + " handle " + std::to_string(id_) +
                              (drawn >= 0 ? ", but rank " + std::to_string(drawn) + " was drawn"
                                          : ", which its mode does not allow"));
-  });
+  }
   info.caller_late = memory_->late(round);
-  if (const auto mixed = memory_->mixed_flush())
+  if (const auto& mixed = flags.mixed)
     fail(Errc::mismatch, "rank " + std::to_string(mixed->first) + " called flush of handle " + std::to_string(id_) +
                              " while rank " + std::to_string(mixed->second) + " called run (round " + std::to_string(round) + ")");
 }

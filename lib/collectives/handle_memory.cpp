@@ -2,7 +2,6 @@
 #include <collectives/handle_memory.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include <collectives/dtype.hpp>
@@ -46,14 +45,9 @@ uint64_t HandleMemory::footprint(const HandleSpec& spec, int ranks, size_t landi
   return saturating_add(saturating_add(work, landing), saturating_add(saturating_mul(counter_words, 8), scratch));
 }
 
-std::optional<std::pair<int, int>> HandleMemory::mixed_flush() const {
-  return flags_.read(work() + acc_bytes(spec_count())).mixed;
-}
-
 HandleMemory::HandleMemory(transport::Transport& transport, const HandleSpec& spec, int rank, int ranks,
                            size_t landing_elems, size_t counter_words, WriteSettler& settler)
     : spec_(spec), rank_(rank), ranks_(ranks), settler_(settler), flags_(ranks, wire_element_bytes(spec.dtype)) {
-  acc_dtype_ = accumulation_dtype(spec.dtype);
   acc_elem_bytes_ = wire_element_bytes(spec.dtype);
   user_elem_bytes_ = element_bytes(spec.dtype);
   total_elems_ = spec.count + flags_.words();
@@ -86,7 +80,7 @@ void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, b
   holds_ = Holds::round;
   early_delivered_ = 0;
   // A flush names itself in the flush words: a round some ranks flush and others run is a
-  // mismatch (mixed_flush).
+  // mismatch (Allreduce::fill_info).
   flags_.write(acc + acc_bytes(count), rank_, fresh, initiated, flush);
 }
 

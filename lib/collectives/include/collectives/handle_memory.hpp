@@ -13,7 +13,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -81,14 +80,9 @@ class HandleMemory {
   void contribute(const void* sendbuf, bool fresh, bool initiated, bool flush = false);
   // The round completed: the work buffer holds its result.
   void round_completed() { holds_ = Holds::result; }
-  // Reads the flags of the completed round in the work buffer into `info` (fresh count and
-  // mask, initiator); calls `initiated(rank)` with the lowest and the highest rank that
-  // initiated, if any.
-  template <typename OnInitiator>
-  void read_flags(RoundInfo& info, OnInitiator&& initiated) const;
-  // The completed round in the work buffer: a rank that flushed it and one that did not,
-  // when both exist (nullopt when every rank flushed or none did).
-  std::optional<std::pair<int, int>> mixed_flush() const;
+  // The flags of the completed round in the work buffer: who was fresh, the lowest and the
+  // highest initiator, and a rank that flushed it with one that ran it, when both exist.
+  RoundFlags::Read read_flags() const { return flags_.read(work() + acc_bytes(total_elems_ - flags_.words())); }
 
   // Final values of elements [first, first + elems) are in the work buffer: converted into
   // `recvbuf` now, while in cache, unless `recvbuf` is the late sendbuf still to be carried.
@@ -117,11 +111,8 @@ class HandleMemory {
   int rank_;
   int ranks_;
   WriteSettler& settler_;
-  pcoll_dtype_t acc_dtype_;
   size_t acc_elem_bytes_ = 0;
   size_t user_elem_bytes_ = 0;
-  size_t spec_count() const { return total_elems_ - flags_.words(); }
-
   RoundFlags flags_;
   size_t total_elems_ = 0;  // count + the flag words
   size_t work_bytes_ = 0;
@@ -135,15 +126,5 @@ class HandleMemory {
   std::vector<Completed> ring_;
   std::vector<bool> late_by_round_;
 };
-
-template <typename OnInitiator>
-void HandleMemory::read_flags(RoundInfo& info, OnInitiator&& initiated) const {
-  RoundFlags::Read read = flags_.read(work() + acc_bytes(spec_count()));
-  info.fresh = read.fresh;
-  info.fresh_mask = std::move(read.fresh_mask);
-  info.initiator = read.initiator;
-  if (read.initiator >= 0) initiated(read.initiator);
-  if (read.last_initiator != read.initiator) initiated(read.last_initiator);
-}
 
 }  // namespace pcoll

@@ -11,7 +11,7 @@
 //                     with the lowest, a mode that allows one initiator sees any other
 //   lowest flushing   one word, the lowest rank whose call was a flush, combined with min
 //   lowest running    one word, the lowest rank whose call was not a flush, combined with min
-// A min word that nobody set holds all ones. Or and min are bitwise commutative and
+// A min word that nobody set holds all ones. Or, min and max are bitwise commutative and
 // associative, so every rank ends with the same words whatever order the plan combined
 // them in, and no op or accumulation type can disturb them.
 #pragma once
@@ -43,7 +43,7 @@ class RoundFlags {
   void combine(std::byte* acc, const std::byte* in, std::size_t first, std::size_t n) const;
 
   // What the combined words say. A word no rank could have written (a bit at or above P,
-  // a rank at or above P in a min word, a flush and a run both missing) is a broken peer:
+  // a rank at or above P in a min or max word, a flush and a run both missing) is a broken peer:
   // Error(protocol) naming the word.
   struct Read {
     std::vector<uint64_t> fresh_mask;  // ceil(P / 64) words, bit r = rank r fresh
