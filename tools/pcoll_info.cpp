@@ -18,7 +18,6 @@
 
 #include <api/settings_catalog.hpp>
 #include <bootstrap/selection.hpp>
-#include <collectives/collectives_settings.hpp>
 #include <collectives/plan_table.hpp>
 #include <registry/registry.hpp>
 #include <support/error.hpp>
@@ -309,8 +308,7 @@ void print_json(const Report& r) {
 // `error` gets why the rules are refused, if they are.
 std::vector<pcoll::PlanRule> plan_rules_in_effect(std::string& error) {
   try {
-    return pcoll::effective_plan_rules(pcoll::CollectivesSettings::get_text("PCOLL_PLAN_RULES").value_or(""),
-                                       pcoll::CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES"));
+    return pcoll::plan_rules_from_settings();
   } catch (const pcoll::Error& e) {
     error = e.what();
     return {};

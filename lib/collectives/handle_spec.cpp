@@ -35,8 +35,7 @@ void read_settings(HandleSpec& spec, const std::function<void(bool, const std::s
     if (spec.pool_bytes < 2 * spec.chunk_bytes)
       invalid_argument("PCOLL_POOL_BYTES=" + std::to_string(spec.pool_bytes) + " holds less than two chunks of "
                        "PCOLL_CHUNK_BYTES=" + std::to_string(spec.chunk_bytes) + "; raise it or lower PCOLL_CHUNK_BYTES");
-    spec.plan_rules = effective_plan_rules(CollectivesSettings::get_text("PCOLL_PLAN_RULES").value_or(""),
-                                           CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES"));
+    spec.plan_rules = plan_rules_from_settings();
     spec.flat_plan = CollectivesSettings::get_choice("PCOLL_PLAN") == "flat";
     if (const auto dir = CollectivesSettings::get_text("PCOLL_TRACE")) {
       std::error_code error;

@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 
+#include <collectives/collectives_settings.hpp>
 #include <support/error.hpp>
 #include <support/hash.hpp>
 
@@ -109,6 +110,11 @@ std::vector<PlanRule> effective_plan_rules(std::string_view user_rules, uint64_t
   const std::vector<PlanRule> defaults = default_plan_rules(rd_max_bytes);
   rules.insert(rules.end(), defaults.begin(), defaults.end());
   return rules;
+}
+
+std::vector<PlanRule> plan_rules_from_settings() {
+  return effective_plan_rules(CollectivesSettings::get_text("PCOLL_PLAN_RULES").value_or(""),
+                              CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES"));
 }
 
 uint64_t plan_rules_digest(std::span<const PlanRule> rules) {

@@ -518,8 +518,7 @@ void SimJob::begin_mode(size_t index) {
   base.acc_elem_bytes = kAccBytes;
   base.chunk_bytes = CollectivesSettings::get_unsigned("PCOLL_CHUNK_BYTES");
   base.pool_bytes = CollectivesSettings::get_unsigned("PCOLL_POOL_BYTES");
-  base.plan_rules = effective_plan_rules(CollectivesSettings::get_text("PCOLL_PLAN_RULES").value_or(""),
-                                         CollectivesSettings::get_unsigned("PCOLL_RD_MAX_BYTES"));
+  base.plan_rules = plan_rules_from_settings();
   base.flat_plan = CollectivesSettings::get_choice("PCOLL_PLAN") == "flat";
   base.peers_mapped = spec_.platform.nodes == 1 && spec_.platform.maps_node_peers;
   const NoticeCodec codec(CollectivesSettings::get_choice("PCOLL_NOTIFY_BITS") == "32" ? 32 : 64);

@@ -42,6 +42,9 @@ std::vector<PlanRule> default_plan_rules(uint64_t rd_max_bytes);
 std::string format_plan_rules(std::span<const PlanRule> rules);
 // The rules a handle follows: PCOLL_PLAN_RULES's, then the defaults of PCOLL_RD_MAX_BYTES.
 std::vector<PlanRule> effective_plan_rules(std::string_view user_rules, uint64_t rd_max_bytes);
+// The same, from this process's PCOLL_PLAN_RULES and PCOLL_RD_MAX_BYTES (the engine, the
+// simulator and pcoll_info read them alike).
+std::vector<PlanRule> plan_rules_from_settings();
 // 64 bits that differ when the rules do: what ranks compare at creation.
 uint64_t plan_rules_digest(std::span<const PlanRule> rules);
 
