@@ -103,6 +103,7 @@ void Allreduce::prepare() {
   inputs.plan_rules = spec_.plan_rules;
   inputs.flat_plan = spec_.flat_plan;
   inputs.peers_mapped = peers_mapped();
+  inputs.node_of = comm_.node_of();
   inputs.max_chunks = codec_.max_chunks();
   inputs.max_tags = codec_.max_tags();
   inputs.codec = codec_.describe();

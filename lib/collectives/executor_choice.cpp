@@ -11,6 +11,21 @@
 #include <support/error.hpp>
 
 namespace pcoll {
+namespace {
+
+// The node map holds every rank, more than one node, and a node with more than one rank.
+bool spans_shared_nodes(const std::vector<int>& node_of, int ranks) {
+  if (node_of.size() != static_cast<size_t>(ranks) || ranks < 2) return false;
+  std::vector<int> per_node(node_of.size(), 0);
+  for (const int node : node_of) {
+    if (node < 0 || static_cast<size_t>(node) >= per_node.size()) return false;
+    ++per_node[static_cast<size_t>(node)];
+  }
+  const auto used = std::count_if(per_node.begin(), per_node.end(), [](int n) { return n > 0; });
+  return used > 1 && std::any_of(per_node.begin(), per_node.end(), [](int n) { return n > 1; });
+}
+
+}  // namespace
 
 ChosenExecutor choose_executor(const ExecutorInputs& in) {
   const size_t total_elems = in.count + RoundFlags(in.ranks, in.acc_elem_bytes).words();
@@ -19,6 +34,7 @@ ChosenExecutor choose_executor(const ExecutorInputs& in) {
   query.bytes = static_cast<uint64_t>(total_elems) * in.acc_elem_bytes;
   query.direct_possible = !in.flat_plan && in.ranks > 1 && static_cast<uint32_t>(in.ranks) <= in.max_chunks &&
                           DirectExecutor::kPhases <= in.max_tags && in.peers_mapped;
+  query.nodes_possible = !in.flat_plan && spans_shared_nodes(in.node_of, in.ranks);
   const PlanKind kind = choose_plan(in.plan_rules, query);
   ChosenExecutor chosen;
   chosen.direct = kind == PlanKind::direct;
@@ -29,7 +45,9 @@ ChosenExecutor choose_executor(const ExecutorInputs& in) {
                                         : ReduceAlgorithm::recursive_doubling;
   // The landing pool of one exchange: pool_bytes worth of chunks, at least two.
   const size_t pool_chunks = std::max<size_t>(2, in.pool_bytes / (chunk_elems * in.acc_elem_bytes));
-  ReducePlan plan = make_plan(algorithm, in.ranks, in.rank, chosen.direct ? 0 : total_elems, chunk_elems, pool_chunks);
+  ReducePlan plan = kind == PlanKind::node_leader
+                        ? node_leader(in.node_of, in.rank, total_elems, chunk_elems, pool_chunks)
+                        : make_plan(algorithm, in.ranks, in.rank, chosen.direct ? 0 : total_elems, chunk_elems, pool_chunks);
   if (plan.tag_count > in.max_tags)
     fail(Errc::unsupported, "a reduction plan over " + std::to_string(in.ranks) + " ranks needs " +
                                 std::to_string(plan.tag_count) + " exchange tags; " + in.codec + " number at most " +

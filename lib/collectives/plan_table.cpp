@@ -20,6 +20,10 @@ constexpr std::array kRows = {
     PlanRow{PlanKind::direct, "direct",
             "every rank maps every other's memory (one host on ucx:shm) and PCOLL_PLAN is not flat: "
             "each rank reduces its slice from its peers' buffers where they lie"},
+    PlanRow{PlanKind::node_leader, "node_leader",
+            "the job spans several nodes, some node holds more than one rank, and PCOLL_PLAN is not flat: "
+            "reduce on each node to its lowest rank, recursive doubling among those, broadcast on each node "
+            "(only where PCOLL_PLAN_RULES names it)"},
 };
 
 constexpr std::string_view kRulesForm = "name:from-to[,name:from-to...], e.g. recursive_doubling:0-32K,rabenseifner:32K-inf";
@@ -128,6 +132,7 @@ PlanKind choose_plan(std::span<const PlanRule> rules, const PlanQuery& query) {
   for (const PlanRule& r : rules) {
     if (query.bytes < r.from_bytes || query.bytes >= r.to_bytes) continue;
     if (r.kind == PlanKind::direct && !query.direct_possible) continue;
+    if (r.kind == PlanKind::node_leader && !query.nodes_possible) continue;
     return r.kind;
   }
   return PlanKind::recursive_doubling;

@@ -1,5 +1,5 @@
 // Reduction plans (see reduce_plan.hpp): recursive doubling and Rabenseifner for any P,
-// down to the chunks of every transfer.
+// and node_leader for any node map, down to the chunks of every transfer.
 //
 // Why every rank ends with a bitwise identical result (given bitwise commutative ops,
 // reduce_kernels.hpp):
@@ -13,10 +13,15 @@
 //     and ends owned by exactly one core rank; the allgather only copies bits, so there is
 //     a single computed value per element to agree on.
 //   - post-step: the extra rank receives a copy of its partner's bits.
+//   - node_leader: each node's tree combines its ranks once, in a bracketing fixed by the
+//     plan, at one rank per combination; the leaders then agree as recursive doubling's
+//     core ranks do (each starting from its node's bits), and the broadcast copies bits.
 #include <collectives/reduce_plan.hpp>
 
 #include <algorithm>
 #include <bit>
+#include <climits>
+#include <span>
 #include <string>
 
 #include <support/error.hpp>
@@ -57,15 +62,27 @@ LandingSlot ring_for(const ReducePlan& plan, std::size_t offset, std::size_t cap
   return LandingSlot{offset, depth, std::min(plan.chunk_elems, capacity)};
 }
 
+// The ranks that run recursive doubling, fold-in included: every rank, or node_leader's
+// node leaders. Members are numbered 0..size-1; this rank is member `me`.
+struct Group {
+  int size = 1;
+  int me = 0;
+  std::span<const int> ranks;  // [member]: its rank; empty: the member index is the rank
+
+  int rank_of(int member) const { return ranks.empty() ? member : ranks[static_cast<std::size_t>(member)]; }
+};
+
+Group all_ranks(const ReducePlan& plan) { return Group{plan.ranks, plan.rank, {}}; }
+
 // The pre-step: the extra rank sends its whole vector into its partner's fold-in slot.
-void add_pre_step(ReducePlan& plan) {
-  const int partner = fold_partner(plan.ranks, plan.rank);
+void add_pre_step(ReducePlan& plan, const Group& group, std::uint32_t tag) {
+  const int partner = fold_partner(group.size, group.me);
   if (partner < 0) return;
   Step step;
-  step.tag = kPreStepTag;
-  step.peer = partner;
+  step.tag = tag;
+  step.peer = group.rank_of(partner);
   const Transfer whole_vector = into_slot(plan, kFoldInSlot, 0, plan.count);
-  if (is_extra_rank(plan.ranks, plan.rank)) {
+  if (is_extra_rank(group.size, group.me)) {
     step.send = whole_vector;
   } else {
     step.recv = whole_vector;
@@ -75,14 +92,14 @@ void add_pre_step(ReducePlan& plan) {
 
 // The post-step: the partner writes the full result straight into the extra rank's work
 // buffer, which that rank no longer reads from (its only send was the pre-step).
-void add_post_step(ReducePlan& plan, std::uint32_t tag) {
-  const int partner = fold_partner(plan.ranks, plan.rank);
+void add_post_step(ReducePlan& plan, const Group& group, std::uint32_t tag) {
+  const int partner = fold_partner(group.size, group.me);
   if (partner < 0) return;
   Step step;
   step.tag = tag;
-  step.peer = partner;
+  step.peer = group.rank_of(partner);
   const Transfer whole_result = into_result(plan, 0, plan.count);
-  if (is_extra_rank(plan.ranks, plan.rank)) {
+  if (is_extra_rank(group.size, group.me)) {
     step.recv = whole_result;
   } else {
     step.send = whole_result;
@@ -90,8 +107,9 @@ void add_post_step(ReducePlan& plan, std::uint32_t tag) {
   plan.steps.push_back(step);
 }
 
+// `folding_ranks`: how many ranks the fold-in pairs up (all, or node_leader's leaders).
 ReducePlan empty_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
-                      std::size_t chunk_elems, std::size_t pool_chunks) {
+                      std::size_t chunk_elems, std::size_t pool_chunks, int folding_ranks) {
   check_ranks(ranks, rank);
   if (chunk_elems == 0) invalid_argument("reduction plan: chunk_elems must be >= 1");
   if (pool_chunks == 0) invalid_argument("reduction plan: pool_chunks must be >= 1");
@@ -102,8 +120,8 @@ ReducePlan empty_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_
   plan.count = count;
   plan.chunk_elems = chunk_elems;
   plan.pool_chunks = pool_chunks;
-  // Slot 0 receives the fold-in pre-step; it is empty when ranks is a power of two.
-  const bool folds = ranks != core_ranks(ranks);
+  // Slot 0 receives the fold-in pre-step; it is empty when no rank folds in.
+  const bool folds = folding_ranks != core_ranks(folding_ranks);
   plan.landing_slots.push_back(ring_for(plan, 0, folds ? count : 0));
   return plan;
 }
@@ -113,12 +131,147 @@ void append_slot(ReducePlan& plan, std::size_t capacity) {
   plan.landing_slots.push_back(ring_for(plan, last.offset + last.elems(), capacity));
 }
 
+// Recursive doubling over `group`: the pre-step (tag first_tag), core step k = 1..L (tag
+// first_tag + k, slot k), the post-step (tag first_tag + L + 1). Core step k pairs core
+// members differing in bit k-1: nearest neighbours first, which are usually on the same
+// node.
+void add_recursive_doubling(ReducePlan& plan, const Group& group, std::uint32_t first_tag) {
+  const int levels = log2_exact(core_ranks(group.size));
+  add_pre_step(plan, group, first_tag);
+  const int me = core_index(group.size, group.me);
+  if (me >= 0) {
+    for (int k = 1; k <= levels; ++k) {
+      Step step;
+      step.tag = first_tag + static_cast<std::uint32_t>(k);
+      step.peer = group.rank_of(core_rank(group.size, me ^ (1 << (k - 1))));
+      // Both ends send the whole vector into each other's slot k and reduce it from there.
+      step.send = into_slot(plan, k, 0, plan.count);
+      step.recv = step.send;
+      plan.steps.push_back(step);
+    }
+  }
+  add_post_step(plan, group, first_tag + static_cast<std::uint32_t>(levels + 1));
+}
+
+// --- node_leader ---------------------------------------------------------------------------
+
+// Returns the number of nodes N, once node_of names nodes 0..N-1, every one.
+int check_node_map(const std::vector<int>& node_of) {
+  if (node_of.empty()) invalid_argument("node_leader plan: the node map is empty (it needs the node of every rank)");
+  if (node_of.size() > static_cast<std::size_t>(INT_MAX)) {
+    invalid_argument("node_leader plan: " + std::to_string(node_of.size()) + " ranks are more than a plan numbers");
+  }
+  const auto ranks = static_cast<int>(node_of.size());
+  std::vector<bool> used(node_of.size(), false);
+  int nodes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const int node = node_of[static_cast<std::size_t>(r)];
+    if (node < 0 || node >= ranks) {
+      invalid_argument("node_leader plan: rank " + std::to_string(r) + " is on node " + std::to_string(node) +
+                       ", outside 0.." + std::to_string(ranks - 1) + " (nodes are numbered 0..N-1)");
+    }
+    used[static_cast<std::size_t>(node)] = true;
+    nodes = std::max(nodes, node + 1);
+  }
+  for (int node = 0; node < nodes; ++node) {
+    if (!used[static_cast<std::size_t>(node)]) {
+      invalid_argument("node_leader plan: node " + std::to_string(node) + " has no rank, but node " +
+                       std::to_string(nodes - 1) + " has (nodes are numbered 0..N-1, every one used)");
+    }
+  }
+  return nodes;
+}
+
+// This rank's node as node_leader sees it.
+struct NodeTree {
+  std::vector<int> members;  // [local index]: the node's ranks in rank order
+  int local = 0;             // this rank's local index; 0: the node's leader
+  int levels = 0;            // Ln: levels of the largest node's tree, the same on every rank
+  std::vector<int> leaders;  // [node]: the node's lowest rank
+};
+
+NodeTree node_tree(const std::vector<int>& node_of, int rank, int nodes) {
+  NodeTree tree;
+  const int my_node = node_of[static_cast<std::size_t>(rank)];
+  std::vector<int> sizes(static_cast<std::size_t>(nodes), 0);
+  tree.leaders.assign(static_cast<std::size_t>(nodes), -1);
+  for (int r = 0; r < static_cast<int>(node_of.size()); ++r) {
+    const auto node = static_cast<std::size_t>(node_of[static_cast<std::size_t>(r)]);
+    if (sizes[node]++ == 0) tree.leaders[node] = r;
+    if (r == rank) tree.local = static_cast<int>(tree.members.size());
+    if (static_cast<int>(node) == my_node) tree.members.push_back(r);
+  }
+  const int largest = *std::max_element(sizes.begin(), sizes.end());
+  tree.levels = std::bit_width(static_cast<unsigned>(largest - 1));
+  return tree;
+}
+
+// One edge of this rank's node tree: at `level`, the child local + 2^level it reduces
+// from, or the parent local - 2^level it sends to.
+struct TreeLink {
+  int level = 0;
+  int peer = 0;  // rank
+  bool to_parent = false;
+};
+
+// A rank receives from its children at levels 0, 1, .. while bits 0..level of its local
+// index are clear, then sends to its parent at the level of the lowest bit set.
+std::vector<TreeLink> tree_links(const NodeTree& tree) {
+  std::vector<TreeLink> links;
+  const auto size = static_cast<std::int64_t>(tree.members.size());
+  const std::int64_t local = tree.local;
+  for (int k = 0; (std::int64_t{1} << k) < size; ++k) {
+    const std::int64_t bit = std::int64_t{1} << k;
+    if ((local & bit) != 0) {
+      links.push_back(TreeLink{k, tree.members[static_cast<std::size_t>(local - bit)], true});
+      break;
+    }
+    if (local + bit < size) links.push_back(TreeLink{k, tree.members[static_cast<std::size_t>(local + bit)], false});
+  }
+  return links;
+}
+
+// Node reduce: level k has tag k and lands in slot first_slot + k.
+void add_node_reduce(ReducePlan& plan, const std::vector<TreeLink>& links, int first_slot) {
+  for (const TreeLink& link : links) {
+    Step step;
+    step.tag = static_cast<std::uint32_t>(link.level);
+    step.peer = link.peer;
+    const Transfer whole_vector = into_slot(plan, first_slot + link.level, 0, plan.count);
+    if (link.to_parent) {
+      step.send = whole_vector;
+    } else {
+      step.recv = whole_vector;
+    }
+    plan.steps.push_back(step);
+  }
+}
+
+// Node broadcast: the node reduce backwards, level k with tag first_tag + levels-1 - k. A
+// parent writes straight into its child's work buffer, which the child no longer reads
+// from (its last send was to this parent).
+void add_node_broadcast(ReducePlan& plan, const std::vector<TreeLink>& links, int levels, std::uint32_t first_tag) {
+  for (auto link = links.rbegin(); link != links.rend(); ++link) {
+    Step step;
+    step.tag = first_tag + static_cast<std::uint32_t>(levels - 1 - link->level);
+    step.peer = link->peer;
+    const Transfer whole_result = into_result(plan, 0, plan.count);
+    if (link->to_parent) {
+      step.recv = whole_result;
+    } else {
+      step.send = whole_result;
+    }
+    plan.steps.push_back(step);
+  }
+}
+
 }  // namespace
 
 const char* algorithm_name(ReduceAlgorithm algorithm) {
   switch (algorithm) {
     case ReduceAlgorithm::recursive_doubling: return "recursive_doubling";
     case ReduceAlgorithm::rabenseifner: return "rabenseifner";
+    case ReduceAlgorithm::node_leader: return "node_leader";
   }
   return "invalid";
 }
@@ -194,30 +347,14 @@ std::size_t block_elems(std::size_t count, int blocks, int block) {
 
 // --- algorithms ------------------------------------------------------------------------------
 
-// Core step k (1..L) pairs core ranks differing in bit k-1: nearest neighbours first, which
-// are usually on the same node.
 ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_t chunk_elems,
                               std::size_t pool_chunks) {
-  ReducePlan plan = empty_plan(ReduceAlgorithm::recursive_doubling, ranks, rank, count, chunk_elems, pool_chunks);
-  const int p2 = core_ranks(ranks);
-  const int levels = log2_exact(p2);
+  ReducePlan plan =
+      empty_plan(ReduceAlgorithm::recursive_doubling, ranks, rank, count, chunk_elems, pool_chunks, ranks);
+  const int levels = log2_exact(core_ranks(ranks));
   for (int k = 1; k <= levels; ++k) append_slot(plan, count);
   plan.tag_count = static_cast<std::uint32_t>(levels + 2);
-
-  add_pre_step(plan);
-  const int me = core_index(ranks, rank);
-  if (me >= 0) {
-    for (int k = 1; k <= levels; ++k) {
-      Step step;
-      step.tag = static_cast<std::uint32_t>(k);
-      step.peer = core_rank(ranks, me ^ (1 << (k - 1)));
-      // Both ends send the whole vector into each other's slot k and reduce it from there.
-      step.send = into_slot(plan, k, 0, count);
-      step.recv = step.send;
-      plan.steps.push_back(step);
-    }
-  }
-  add_post_step(plan, static_cast<std::uint32_t>(levels + 1));
+  add_recursive_doubling(plan, all_ranks(plan), kPreStepTag);
   return plan;
 }
 
@@ -230,7 +367,7 @@ ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_
 // gave away, straight into its work buffer.
 ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chunk_elems,
                         std::size_t pool_chunks) {
-  ReducePlan plan = empty_plan(ReduceAlgorithm::rabenseifner, ranks, rank, count, chunk_elems, pool_chunks);
+  ReducePlan plan = empty_plan(ReduceAlgorithm::rabenseifner, ranks, rank, count, chunk_elems, pool_chunks, ranks);
   const int p2 = core_ranks(ranks);
   const int levels = log2_exact(p2);
   // Slot k receives a half of p2 >> k consecutive blocks; bound it by the largest block
@@ -241,7 +378,7 @@ ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chun
   }
   plan.tag_count = static_cast<std::uint32_t>(2 * levels + 2);
 
-  add_pre_step(plan);
+  add_pre_step(plan, all_ranks(plan), kPreStepTag);
   const int me = core_index(ranks, rank);
   if (me >= 0) {
     struct Halving {
@@ -285,7 +422,29 @@ ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chun
       plan.steps.push_back(step);
     }
   }
-  add_post_step(plan, static_cast<std::uint32_t>(2 * levels + 1));
+  add_post_step(plan, all_ranks(plan), static_cast<std::uint32_t>(2 * levels + 1));
+  return plan;
+}
+
+// Slots: 0 the leaders' fold-in, 1..L their recursive doubling steps, L+1..L+Ln the node
+// reduce levels. Only leaders send across nodes, and only in recursive doubling.
+ReducePlan node_leader(const std::vector<int>& node_of, int rank, std::size_t count, std::size_t chunk_elems,
+                       std::size_t pool_chunks) {
+  const int nodes = check_node_map(node_of);
+  const auto ranks = static_cast<int>(node_of.size());
+  ReducePlan plan = empty_plan(ReduceAlgorithm::node_leader, ranks, rank, count, chunk_elems, pool_chunks, nodes);
+  const NodeTree tree = node_tree(node_of, rank, nodes);
+  const int leader_levels = log2_exact(core_ranks(nodes));
+  for (int k = 1; k <= leader_levels + tree.levels; ++k) append_slot(plan, count);
+  plan.tag_count = static_cast<std::uint32_t>(2 * tree.levels + leader_levels + 2);
+
+  const std::vector<TreeLink> links = tree_links(tree);
+  add_node_reduce(plan, links, leader_levels + 1);
+  if (tree.local == 0) {
+    const Group leaders{nodes, node_of[static_cast<std::size_t>(rank)], tree.leaders};
+    add_recursive_doubling(plan, leaders, static_cast<std::uint32_t>(tree.levels));
+  }
+  add_node_broadcast(plan, links, tree.levels, static_cast<std::uint32_t>(tree.levels + leader_levels + 2));
   return plan;
 }
 
@@ -294,6 +453,8 @@ ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t
   switch (algorithm) {
     case ReduceAlgorithm::recursive_doubling: return recursive_doubling(ranks, rank, count, chunk_elems, pool_chunks);
     case ReduceAlgorithm::rabenseifner: return rabenseifner(ranks, rank, count, chunk_elems, pool_chunks);
+    case ReduceAlgorithm::node_leader:
+      invalid_argument("reduction plan: node_leader needs the node map of the ranks; call node_leader(node_of, ...)");
   }
   invalid_argument("unknown reduction algorithm " + std::to_string(static_cast<int>(algorithm)));
 }

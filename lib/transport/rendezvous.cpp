@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -65,6 +66,7 @@ JobLayout gather_layout(int rank, const Allgather& allgather) {
   std::set<std::pair<std::string, std::string>> kernels;  // (boot id, host name)
   JobLayout layout;
   layout.host_key = mine;
+  std::map<std::string, int> node_numbers;
   for (size_t r = 0; r < records.size(); ++r) {
     const std::string text(reinterpret_cast<const char*>(records[r].data()), records[r].size());
     const size_t nul = text.find('\0');
@@ -74,6 +76,7 @@ JobLayout gather_layout(int rank, const Allgather& allgather) {
     hosts.insert(text.substr(0, nul));
     kernels.emplace(text.substr(nul + 1), text.substr(0, nul));
     if (text == mine) ++layout.ranks_on_my_host;
+    layout.node_of.push_back(node_numbers.emplace(text, static_cast<int>(node_numbers.size())).first->second);
   }
   layout.hosts = static_cast<int>(hosts.size());
   std::set<std::string> boot_ids;

@@ -521,6 +521,7 @@ void SimJob::begin_mode(size_t index) {
   base.plan_rules = plan_rules_from_settings();
   base.flat_plan = CollectivesSettings::get_choice("PCOLL_PLAN") == "flat";
   base.peers_mapped = spec_.platform.nodes == 1 && spec_.platform.maps_node_peers;
+  for (int r = 0; r < spec_.ranks; ++r) base.node_of.push_back(node_of(r));
   const NoticeCodec codec(CollectivesSettings::get_choice("PCOLL_NOTIFY_BITS") == "32" ? 32 : 64);
   base.max_chunks = codec.max_chunks();
   base.max_tags = codec.max_tags();

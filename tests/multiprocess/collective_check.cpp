@@ -74,6 +74,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "collective_check: %s\n", pcoll_last_error());
     return 1;
   }
+  // A plan test says which plan the small handles must run (the 16-byte agreement handle).
+  if (const char* expected = std::getenv("PCOLL_TEST_EXPECT_PLAN"); expected != nullptr) {
+    pcoll_allreduce_stats_t stats{};
+    stats.size = sizeof stats;
+    if (pcoll_allreduce_stats(g_me.agree, &stats) != PCOLL_SUCCESS || stats.plan == nullptr ||
+        std::string(expected) != stats.plan) {
+      std::fprintf(stderr, "collective_check: plan %s, expected %s (PCOLL_TEST_EXPECT_PLAN)\n",
+                   stats.plan != nullptr ? stats.plan : "?", expected);
+      return 1;
+    }
+  }
   doctest::Context context;
   context.applyCommandLine(argc, argv);
   context.setOption("no-intro", g_me.rank != 0);

@@ -15,8 +15,9 @@ using namespace pcoll;
 
 namespace {
 
-PlanKind chosen(const std::string& user, uint64_t rd_max, uint64_t bytes, bool direct_possible) {
-  return choose_plan(effective_plan_rules(user, rd_max), PlanQuery{bytes, direct_possible});
+PlanKind chosen(const std::string& user, uint64_t rd_max, uint64_t bytes, bool direct_possible,
+                bool nodes_possible = false) {
+  return choose_plan(effective_plan_rules(user, rd_max), PlanQuery{bytes, direct_possible, nodes_possible});
 }
 
 std::string refusal(const std::string& text) {
@@ -33,7 +34,7 @@ std::string refusal(const std::string& text) {
 }  // namespace
 
 TEST_CASE("every plan is a row with a name and when it applies") {
-  CHECK(plan_rows().size() == 3);
+  CHECK(plan_rows().size() == 4);
   for (const PlanRow& row : plan_rows()) {
     CHECK(std::string(row.name) == plan_row(row.kind).name);
     CHECK(std::string(row.applies).size() > 10);
@@ -57,6 +58,15 @@ TEST_CASE("PCOLL_PLAN_RULES come before the defaults, and a direct rule that doe
   CHECK(chosen(rules, 32768, 65536, true) == PlanKind::direct);
   CHECK(chosen(rules, 32768, 65536, false) == PlanKind::rabenseifner);  // the defaults' row
   CHECK(chosen("recursive_doubling:0-inf", 32768, uint64_t{1} << 40, true) == PlanKind::recursive_doubling);
+}
+
+TEST_CASE("node_leader runs only where PCOLL_PLAN_RULES names it and the job spans nodes that hold several ranks") {
+  for (const uint64_t bytes : {uint64_t{8}, uint64_t{1} << 20}) {
+    CHECK(chosen("", 32768, bytes, false, true) != PlanKind::node_leader);
+    CHECK(chosen("node_leader:0-inf", 32768, bytes, false, true) == PlanKind::node_leader);
+    CHECK(chosen("node_leader:0-inf", 32768, bytes, false, false) != PlanKind::node_leader);
+  }
+  CHECK(chosen("node_leader:0-64K", 32768, 65536, false, true) == PlanKind::rabenseifner);
 }
 
 TEST_CASE("rules read back as written, and their digest tells different rules apart") {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -46,6 +47,91 @@ std::vector<int> big_ranks_for(ReduceAlgorithm algorithm) {
   return {3, 4};
 }
 
+// node_leader's node maps (node_of[rank]): one node, block and cyclic placements, nodes of
+// different sizes scattered over the ranks, one rank per node.
+std::vector<std::vector<int>> node_maps() {
+  std::vector<std::vector<int>> maps;
+  for (int size = 1; size <= 5; ++size) maps.emplace_back(static_cast<std::size_t>(size), 0);
+  maps.push_back({0, 0, 1, 1});
+  maps.push_back({0, 1, 0, 1});
+  maps.push_back({0, 2, 0, 1, 2, 0});  // nodes of 3, 1 and 2 ranks
+  std::vector<int> block(16), cyclic(15), scattered;
+  for (int r = 0; r < 16; ++r) block[static_cast<std::size_t>(r)] = r / 4;   // 4 nodes x 4
+  for (int r = 0; r < 15; ++r) cyclic[static_cast<std::size_t>(r)] = r % 5;  // 5 nodes x 3
+  // 7 nodes of 1..7 ranks: node labels in order, dealt out with a stride coprime to 28.
+  std::vector<int> labels;
+  for (int node = 0; node < 7; ++node) labels.insert(labels.end(), static_cast<std::size_t>(node + 1), node);
+  for (std::size_t r = 0; r < labels.size(); ++r) scattered.push_back(labels[(r * 11) % labels.size()]);
+  maps.push_back(block);
+  maps.push_back(cyclic);
+  maps.push_back(scattered);
+  maps.push_back({3, 0, 4, 1, 2});  // one rank per node
+  return maps;
+}
+// Big vectors for a cyclic placement and for uneven nodes.
+std::vector<std::vector<int>> big_node_maps() { return {{0, 1, 0, 1}, {0, 2, 0, 1, 2, 0}}; }
+
+// Makes one rank's plan of a job: (rank, count, chunk_elems, pool_chunks).
+using PlanMaker = std::function<ReducePlan(int, std::size_t, std::size_t, std::size_t)>;
+
+// A job: its ranks, the algorithm they run, and how each makes its plan.
+struct Job {
+  std::string name;  // algorithm and ranks, for messages
+  ReduceAlgorithm algorithm = ReduceAlgorithm::recursive_doubling;
+  int ranks = 1;
+  PlanMaker make;
+};
+
+Job uniform_job(ReduceAlgorithm algorithm, int ranks) {
+  return Job{std::string(algorithm_name(algorithm)) + " P=" + std::to_string(ranks), algorithm, ranks,
+             [algorithm, ranks](int rank, std::size_t count, std::size_t chunk_elems, std::size_t pool_chunks) {
+               return make_plan(algorithm, ranks, rank, count, chunk_elems, pool_chunks);
+             }};
+}
+
+Job node_job(const std::vector<int>& node_of) {
+  std::string name = "node_leader nodes";
+  for (std::size_t r = 0; r < node_of.size(); ++r) {
+    name += r == 0 ? '=' : ',';
+    name += std::to_string(node_of[r]);
+  }
+  return Job{name, ReduceAlgorithm::node_leader, static_cast<int>(node_of.size()),
+             [node_of](int rank, std::size_t count, std::size_t chunk_elems, std::size_t pool_chunks) {
+               return node_leader(node_of, rank, count, chunk_elems, pool_chunks);
+             }};
+}
+
+// Recursive doubling and Rabenseifner for every P up to kMaxTestedRanks.
+std::vector<Job> uniform_jobs() {
+  std::vector<Job> jobs;
+  for (const ReduceAlgorithm algorithm : kAlgorithms) {
+    for (int ranks = 1; ranks <= kMaxTestedRanks; ++ranks) jobs.push_back(uniform_job(algorithm, ranks));
+  }
+  return jobs;
+}
+
+std::vector<Job> node_jobs() {
+  std::vector<Job> jobs;
+  for (const std::vector<int>& node_of : node_maps()) jobs.push_back(node_job(node_of));
+  return jobs;
+}
+
+std::vector<Job> all_jobs() {
+  std::vector<Job> jobs = uniform_jobs();
+  for (Job& job : node_jobs()) jobs.push_back(std::move(job));
+  return jobs;
+}
+
+// The jobs that also run kBigCount.
+std::vector<Job> big_jobs() {
+  std::vector<Job> jobs;
+  for (const ReduceAlgorithm algorithm : kAlgorithms) {
+    for (const int ranks : big_ranks_for(algorithm)) jobs.push_back(uniform_job(algorithm, ranks));
+  }
+  for (const std::vector<int>& node_of : big_node_maps()) jobs.push_back(node_job(node_of));
+  return jobs;
+}
+
 std::vector<std::size_t> counts_for(int ranks) {
   const auto p = static_cast<std::size_t>(ranks);
   std::set<std::size_t> counts = {0, 1, 2, 7, p - 1, p, p + 1, 1000};
@@ -55,30 +141,55 @@ std::vector<std::size_t> counts_for(int ranks) {
 // Several chunks per transfer for most counts, so chunk boundaries are exercised.
 std::size_t chunk_size_for(std::size_t count) { return std::max<std::size_t>(1, count / 3 + 1); }
 
-std::vector<ReducePlan> plans_for(ReduceAlgorithm algorithm, int ranks, std::size_t count,
-                                  std::size_t chunk_elems) {
+// A node map as the tests see it, worked out apart from the plan generator.
+struct NodeShape {
+  int nodes = 0;
+  int node_levels = 0;         // Ln: ceil(log2) of the largest node's ranks
+  int leader_levels = 0;       // L: log2 of the largest power of two <= nodes
+  std::vector<int> local;      // [rank]: its position among its node's ranks
+  std::vector<int> node_size;  // [node]: its ranks
+
+  std::uint32_t first_leader_tag() const { return static_cast<std::uint32_t>(node_levels); }
+  std::uint32_t last_leader_tag() const { return static_cast<std::uint32_t>(node_levels + leader_levels + 1); }
+};
+
+NodeShape shape_of(const std::vector<int>& node_of) {
+  NodeShape shape;
+  shape.nodes = *std::max_element(node_of.begin(), node_of.end()) + 1;
+  shape.node_size.assign(static_cast<std::size_t>(shape.nodes), 0);
+  for (const int node : node_of) shape.local.push_back(shape.node_size[static_cast<std::size_t>(node)]++);
+  const int largest = *std::max_element(shape.node_size.begin(), shape.node_size.end());
+  while ((1 << shape.node_levels) < largest) ++shape.node_levels;
+  while ((2 << shape.leader_levels) <= shape.nodes) ++shape.leader_levels;
+  return shape;
+}
+
+// Every rank's plan of a job, in rank order.
+std::vector<ReducePlan> plans_for(const Job& job, std::size_t count, std::size_t chunk_elems) {
   std::vector<ReducePlan> plans;
-  for (int r = 0; r < ranks; ++r) plans.push_back(make_plan(algorithm, ranks, r, count, chunk_elems));
+  for (int r = 0; r < job.ranks; ++r) plans.push_back(job.make(r, count, chunk_elems, kUnboundedPool));
   return plans;
 }
 
-std::vector<ReducePlan> plans_for(ReduceAlgorithm algorithm, int ranks, std::size_t count) {
-  return plans_for(algorithm, ranks, count, chunk_size_for(count));
+std::vector<ReducePlan> plans_for(const Job& job, std::size_t count) {
+  return plans_for(job, count, chunk_size_for(count));
 }
 
-std::string describe(ReduceAlgorithm algorithm, int ranks, std::size_t count) {
-  return std::string(algorithm_name(algorithm)) + " P=" + std::to_string(ranks) +
-         " count=" + std::to_string(count);
+std::string describe(const Job& job, std::size_t count) { return job.name + " count=" + std::to_string(count); }
+
+// Calls check(job, count) on every small configuration of the given jobs.
+template <class Check>
+void for_each_configuration_of(const std::vector<Job>& jobs, Check check) {
+  for (const Job& job : jobs) {
+    for (const std::size_t count : counts_for(job.ranks)) check(job, count);
+  }
 }
 
-// Calls check(algorithm, ranks, count) on every small configuration.
+// Every algorithm: recursive doubling and Rabenseifner over P ranks, node_leader over the
+// node maps.
 template <class Check>
 void for_each_configuration(Check check) {
-  for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    for (int ranks = 1; ranks <= kMaxTestedRanks; ++ranks) {
-      for (const std::size_t count : counts_for(ranks)) check(algorithm, ranks, count);
-    }
-  }
+  for_each_configuration_of(all_jobs(), check);
 }
 
 const Step* find_step(const ReducePlan& plan, std::uint32_t tag) {
@@ -164,9 +275,10 @@ std::vector<SimRank> make_ranks(const std::vector<ReducePlan>& plans, pcoll_dtyp
 }
 
 // Integers: every rank must hold exactly the wrapped sum (and min) of all contributions.
-void check_integer_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t count,
+void check_integer_reduction(const Job& job, std::size_t count,
                              const std::vector<pcoll_op_t>& ops = {PCOLL_OP_SUM, PCOLL_OP_MIN}) {
-  const std::vector<ReducePlan> plans = plans_for(algorithm, ranks, count);
+  const int ranks = job.ranks;
+  const std::vector<ReducePlan> plans = plans_for(job, count);
   for (const pcoll_op_t op : ops) {
     std::vector<SimRank> sim = make_ranks(plans, PCOLL_INT64);
     std::vector<std::int64_t> expected(count);
@@ -184,7 +296,7 @@ void check_integer_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t c
     }
     simulate(plans, PCOLL_INT64, op, sim);
     for (int r = 0; r < ranks; ++r) {
-      INFO(describe(algorithm, ranks, count) << " op=" << op_name(op) << " rank " << r);
+      INFO(describe(job, count) << " op=" << op_name(op) << " rank " << r);
       REQUIRE(same_bytes(sim[static_cast<std::size_t>(r)].work.data(), expected.data(),
                          count * sizeof(std::int64_t)));
     }
@@ -192,8 +304,9 @@ void check_integer_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t c
 }
 
 // Floats: every rank must hold the same bits, close to the exact sum.
-void check_float_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t count, pcoll_op_t op) {
-  const std::vector<ReducePlan> plans = plans_for(algorithm, ranks, count);
+void check_float_reduction(const Job& job, std::size_t count, pcoll_op_t op) {
+  const int ranks = job.ranks;
+  const std::vector<ReducePlan> plans = plans_for(job, count);
   std::vector<SimRank> sim = make_ranks(plans, PCOLL_FLOAT32);
   std::vector<double> exact(count, 0.0);
   std::mt19937_64 rng(static_cast<std::uint64_t>(ranks) * 7919u + count);
@@ -210,7 +323,7 @@ void check_float_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t cou
   }
   simulate(plans, PCOLL_FLOAT32, op, sim);
   for (int r = 1; r < ranks; ++r) {
-    INFO(describe(algorithm, ranks, count) << " op=" << op_name(op) << " rank " << r);
+    INFO(describe(job, count) << " op=" << op_name(op) << " rank " << r);
     REQUIRE(sim[static_cast<std::size_t>(r)].work == sim[0].work);
   }
   if (op == PCOLL_OP_SUM) {
@@ -240,15 +353,14 @@ void check_float_reduction(ReduceAlgorithm algorithm, int ranks, std::size_t cou
 // the exact integer sum.
 class SimulatedJob {
  public:
-  SimulatedJob(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::size_t chunk_elems,
-               std::size_t pool_chunks, int rounds, std::size_t inject_elems, std::uint64_t seed)
+  SimulatedJob(const Job& job, std::size_t count, std::size_t chunk_elems, std::size_t pool_chunks, int rounds,
+               std::size_t inject_elems, std::uint64_t seed)
       : count_(count), rounds_(rounds), inject_elems_(inject_elems), rng_(seed) {
-    what_ = describe(algorithm, ranks, count) + " chunk_elems " + std::to_string(chunk_elems) + " pool " +
+    what_ = describe(job, count) + " chunk_elems " + std::to_string(chunk_elems) + " pool " +
             std::to_string(pool_chunks) + " inject " + std::to_string(inject_elems) + " seed " + std::to_string(seed);
-    for (int r = 0; r < ranks; ++r) {
-      ranks_.push_back(std::make_unique<Rank>(
-          *this, static_cast<std::size_t>(r),
-          make_plan(algorithm, ranks, r, count, chunk_elems, pool_chunks)));
+    for (int r = 0; r < job.ranks; ++r) {
+      ranks_.push_back(std::make_unique<Rank>(*this, static_cast<std::size_t>(r),
+                                              job.make(r, count, chunk_elems, pool_chunks)));
     }
   }
 
@@ -443,51 +555,39 @@ class SimulatedJob {
   std::vector<Message> in_flight_;
 };
 
-void check_async_execution(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::size_t chunk_elems,
-                           std::uint64_t seed) {
+void check_async_execution(const Job& job, std::size_t count, std::size_t chunk_elems, std::uint64_t seed) {
   // Writes that read their source at delivery, and writes copied when posted.
   for (const std::size_t inject : {std::size_t{0}, std::size_t{1} << 30})
-    SimulatedJob(algorithm, ranks, count, chunk_elems, kUnboundedPool, 1, inject, seed).run();
+    SimulatedJob(job, count, chunk_elems, kUnboundedPool, 1, inject, seed).run();
 }
 
-void check_pooled_rounds(ReduceAlgorithm algorithm, int ranks, std::size_t count, std::size_t chunk_elems,
-                         std::size_t pool_chunks, int rounds, std::uint64_t seed) {
+void check_pooled_rounds(const Job& job, std::size_t count, std::size_t chunk_elems, std::size_t pool_chunks,
+                         int rounds, std::uint64_t seed) {
   for (const std::size_t inject : {std::size_t{0}, std::size_t{2}})
-    SimulatedJob(algorithm, ranks, count, chunk_elems, pool_chunks, rounds, inject, seed).run();
+    SimulatedJob(job, count, chunk_elems, pool_chunks, rounds, inject, seed).run();
 }
 
 }  // namespace
 
 TEST_CASE("every rank ends with the exact integer reduction") {
-  for_each_configuration([](ReduceAlgorithm algorithm, int ranks, std::size_t count) {
-    check_integer_reduction(algorithm, ranks, count);
-  });
-  for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    for (const int ranks : big_ranks_for(algorithm)) {
-      check_integer_reduction(algorithm, ranks, kBigCount, {PCOLL_OP_SUM});
-    }
-  }
+  for_each_configuration([](const Job& job, std::size_t count) { check_integer_reduction(job, count); });
+  for (const Job& job : big_jobs()) check_integer_reduction(job, kBigCount, {PCOLL_OP_SUM});
 }
 
 TEST_CASE("float results are bitwise identical on all ranks") {
-  for_each_configuration([](ReduceAlgorithm algorithm, int ranks, std::size_t count) {
-    for (const pcoll_op_t op : {PCOLL_OP_SUM, PCOLL_OP_MIN, PCOLL_OP_MAX}) {
-      check_float_reduction(algorithm, ranks, count, op);
-    }
+  for_each_configuration([](const Job& job, std::size_t count) {
+    for (const pcoll_op_t op : {PCOLL_OP_SUM, PCOLL_OP_MIN, PCOLL_OP_MAX}) check_float_reduction(job, count, op);
   });
-  for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    for (const int ranks : big_ranks_for(algorithm)) {
-      check_float_reduction(algorithm, ranks, kBigCount, PCOLL_OP_SUM);
-    }
-  }
+  for (const Job& job : big_jobs()) check_float_reduction(job, kBigCount, PCOLL_OP_SUM);
 }
 
 TEST_CASE("every exchange is symmetric: if r sends to q at step s, q expects r at step s") {
-  for_each_configuration([](ReduceAlgorithm algorithm, int ranks, std::size_t count) {
-    const std::vector<ReducePlan> plans = plans_for(algorithm, ranks, count);
+  for_each_configuration([](const Job& job, std::size_t count) {
+    const int ranks = job.ranks;
+    const std::vector<ReducePlan> plans = plans_for(job, count);
     for (const ReducePlan& plan : plans) {
       for (const Step& s : plan.steps) {
-        INFO(describe(algorithm, ranks, count) << " rank " << plan.rank << " step " << s.tag);
+        INFO(describe(job, count) << " rank " << plan.rank << " step " << s.tag);
         REQUIRE(s.peer >= 0);
         REQUIRE(s.peer < ranks);
         REQUIRE(s.peer != plan.rank);
@@ -509,10 +609,10 @@ TEST_CASE("every exchange is symmetric: if r sends to q at step s, q expects r a
 }
 
 TEST_CASE("landing slots don't overlap, hold every incoming segment, one step each") {
-  for_each_configuration([](ReduceAlgorithm algorithm, int ranks, std::size_t count) {
-    const std::vector<ReducePlan> plans = plans_for(algorithm, ranks, count);
+  for_each_configuration([](const Job& job, std::size_t count) {
+    const std::vector<ReducePlan> plans = plans_for(job, count);
     for (const ReducePlan& plan : plans) {
-      INFO(describe(algorithm, ranks, count) << " rank " << plan.rank);
+      INFO(describe(job, count) << " rank " << plan.rank);
       // Same layout on every rank: a writer uses its own plan's offsets for the peer's slot.
       REQUIRE(plan.landing_slots.size() == plans[0].landing_slots.size());
       for (std::size_t i = 0; i < plan.landing_slots.size(); ++i) {
@@ -553,11 +653,11 @@ TEST_CASE("landing slots don't overlap, hold every incoming segment, one step ea
 }
 
 TEST_CASE("data landing in the result never overwrites what the receiver sends in that step") {
-  for_each_configuration([](ReduceAlgorithm algorithm, int ranks, std::size_t count) {
-    for (const ReducePlan& plan : plans_for(algorithm, ranks, count)) {
+  for_each_configuration([](const Job& job, std::size_t count) {
+    for (const ReducePlan& plan : plans_for(job, count)) {
       for (const Step& s : plan.steps) {
         if (!s.receives() || !s.recv->lands_in_result() || !s.sends()) continue;
-        INFO(describe(algorithm, ranks, count) << " rank " << plan.rank << " step " << s.tag);
+        INFO(describe(job, count) << " rank " << plan.rank << " step " << s.tag);
         CHECK_FALSE(overlaps(s.recv->offset, s.recv->count, s.send->offset, s.send->count));
       }
     }
@@ -565,15 +665,13 @@ TEST_CASE("data landing in the result never overwrites what the receiver sends i
 }
 
 TEST_CASE("plans give the exact result under any interleaving the execution rules allow") {
-  for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    for (int ranks = 1; ranks <= kMaxTestedRanks; ++ranks) {
-      for (const std::size_t count : {std::size_t{1}, static_cast<std::size_t>(ranks) + 1, std::size_t{100}}) {
-        // One element per chunk, a few, and one chunk per transfer.
-        for (const std::size_t chunk_elems : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
-          for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-            INFO(describe(algorithm, ranks, count) << " chunk_elems " << chunk_elems << " seed " << seed);
-            check_async_execution(algorithm, ranks, count, chunk_elems, seed);
-          }
+  for (const Job& job : all_jobs()) {
+    for (const std::size_t count : {std::size_t{1}, static_cast<std::size_t>(job.ranks) + 1, std::size_t{100}}) {
+      // One element per chunk, a few, and one chunk per transfer.
+      for (const std::size_t chunk_elems : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+        for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+          INFO(describe(job, count) << " chunk_elems " << chunk_elems << " seed " << seed);
+          check_async_execution(job, count, chunk_elems, seed);
         }
       }
     }
@@ -600,11 +698,13 @@ TEST_CASE("rabenseifner moves about 2*count elements per core rank") {
 }
 
 TEST_CASE("steps are of the kinds their algorithm names, and fold-in steps carry the whole vector") {
-  for_each_configuration([](ReduceAlgorithm algorithm, int ranks, std::size_t count) {
-    for (const ReducePlan& plan : plans_for(algorithm, ranks, count)) {
+  for_each_configuration_of(uniform_jobs(), [](const Job& job, std::size_t count) {
+    const ReduceAlgorithm algorithm = job.algorithm;
+    const int ranks = job.ranks;
+    for (const ReducePlan& plan : plans_for(job, count)) {
       const auto last_tag = plan.tag_count - 1;
       for (const Step& s : plan.steps) {
-        INFO(describe(algorithm, ranks, count) << " rank " << plan.rank << " step " << s.tag);
+        INFO(describe(job, count) << " rank " << plan.rank << " step " << s.tag);
         const bool extra = is_extra_rank(ranks, plan.rank);
         if (s.tag == 0) {
           CHECK(s.kind() == (extra ? StepKind::send_only : StepKind::recv_reduce));
@@ -620,6 +720,121 @@ TEST_CASE("steps are of the kinds their algorithm names, and fold-in steps carry
       }
     }
   });
+}
+
+TEST_CASE("node_leader: only leaders talk across nodes, in their recursive doubling, at most log2(N)+2 times") {
+  for (const std::vector<int>& node_of : node_maps()) {
+    const NodeShape shape = shape_of(node_of);
+    const auto ranks = static_cast<int>(node_of.size());
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1000}}) {
+      for (int r = 0; r < ranks; ++r) {
+        const ReducePlan plan = node_leader(node_of, r, count, chunk_size_for(count));
+        const bool leader = shape.local[static_cast<std::size_t>(r)] == 0;
+        int across = 0;
+        for (const Step& s : plan.steps) {
+          INFO(describe(node_job(node_of), count) << " rank " << r << " step " << s.tag);
+          const bool leaders_step = s.tag >= shape.first_leader_tag() && s.tag <= shape.last_leader_tag();
+          // The leaders' steps are exactly those between nodes.
+          const bool other_node = node_of[static_cast<std::size_t>(s.peer)] != node_of[static_cast<std::size_t>(r)];
+          CHECK(other_node == leaders_step);
+          if (!other_node) continue;
+          ++across;
+          CHECK(leader);
+          CHECK(shape.local[static_cast<std::size_t>(s.peer)] == 0);
+        }
+        INFO(describe(node_job(node_of), count) << " rank " << r);
+        CHECK(across <= shape.leader_levels + 2);
+        if (!leader || shape.nodes == 1) CHECK(across == 0);
+        if (leader && shape.nodes > 1) CHECK(across >= 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("node_leader: the node reduce sends whole vectors up a binomial tree, the broadcast copies them down") {
+  for (const std::vector<int>& node_of : node_maps()) {
+    const NodeShape shape = shape_of(node_of);
+    const auto ranks = static_cast<int>(node_of.size());
+    for (const std::size_t count : counts_for(ranks)) {
+      for (int r = 0; r < ranks; ++r) {
+        const ReducePlan plan = node_leader(node_of, r, count, chunk_size_for(count));
+        CHECK(plan.algorithm == ReduceAlgorithm::node_leader);
+        CHECK(plan.tag_count == static_cast<std::uint32_t>(2 * shape.node_levels + shape.leader_levels + 2));
+        const int local = shape.local[static_cast<std::size_t>(r)];
+        int to_parent = 0, from_parent = 0;
+        for (const Step& s : plan.steps) {
+          INFO(describe(node_job(node_of), count) << " rank " << r << " step " << s.tag);
+          if (s.tag >= shape.first_leader_tag() && s.tag <= shape.last_leader_tag()) continue;
+          const int peer_local = shape.local[static_cast<std::size_t>(s.peer)];
+          CHECK(node_of[static_cast<std::size_t>(s.peer)] == node_of[static_cast<std::size_t>(r)]);
+          const bool reduce = s.tag < shape.first_leader_tag();
+          // Level k of the tree joins local indices i and i + 2^k, i with bits 0..k clear.
+          const int level = reduce ? static_cast<int>(s.tag) : static_cast<int>(plan.tag_count - 1 - s.tag);
+          const int parent = std::min(local, peer_local);
+          const int child = std::max(local, peer_local);
+          CHECK(child - parent == 1 << level);
+          CHECK(parent % (2 << level) == 0);
+          const bool is_child = local == child;
+          const Transfer& moved = s.sends() ? *s.send : *s.recv;
+          CHECK(moved.offset == 0);
+          CHECK(moved.count == count);
+          if (reduce) {
+            CHECK(s.kind() == (is_child ? StepKind::send_only : StepKind::recv_reduce));
+            to_parent += is_child ? 1 : 0;
+          } else {
+            CHECK(s.kind() == (is_child ? StepKind::recv_copy : StepKind::send_only));
+            CHECK(moved.lands_in_result());
+            from_parent += is_child ? 1 : 0;
+          }
+        }
+        INFO(describe(node_job(node_of), count) << " rank " << r);
+        // Every rank but the leader hangs below exactly one parent.
+        CHECK(to_parent == (local == 0 ? 0 : 1));
+        CHECK(from_parent == to_parent);
+      }
+    }
+  }
+}
+
+TEST_CASE("node_leader with one rank per node is recursive doubling over the nodes") {
+  for (int nodes = 1; nodes <= 9; ++nodes) {
+    // Node j on rank j, then node j on rank nodes-1-j: the leaders' order is the nodes'.
+    for (const bool reversed : {false, true}) {
+      std::vector<int> node_of(static_cast<std::size_t>(nodes));
+      for (int r = 0; r < nodes; ++r) node_of[static_cast<std::size_t>(r)] = reversed ? nodes - 1 - r : r;
+      for (int r = 0; r < nodes; ++r) {
+        INFO("nodes " << nodes << (reversed ? " reversed" : "") << " rank " << r);
+        const int node = node_of[static_cast<std::size_t>(r)];
+        const ReducePlan plan = node_leader(node_of, r, 100, 7);
+        const ReducePlan doubling = recursive_doubling(nodes, node, 100, 7);
+        CHECK(plan.tag_count == doubling.tag_count);
+        CHECK(plan.landing_elems() == doubling.landing_elems());
+        REQUIRE(plan.steps.size() == doubling.steps.size());
+        for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+          const Step& s = plan.steps[i];
+          const Step& d = doubling.steps[i];
+          CHECK(s.tag == d.tag);
+          CHECK(node_of[static_cast<std::size_t>(s.peer)] == d.peer);
+          CHECK(s.send == d.send);
+          CHECK(s.recv == d.recv);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("node_leader rejects a node map that is empty, negative or leaves a node out") {
+  CHECK_THROWS_WITH_AS(node_leader({}, 0, 10, 1), doctest::Contains("node map is empty"), Error);
+  CHECK_THROWS_WITH_AS(node_leader({0, -1}, 0, 10, 1), doctest::Contains("rank 1 is on node -1"), Error);
+  CHECK_THROWS_WITH_AS(node_leader({0, 2}, 0, 10, 1), doctest::Contains("rank 1 is on node 2"), Error);
+  CHECK_THROWS_WITH_AS(node_leader({0, 0, 2}, 0, 10, 1), doctest::Contains("node 1 has no rank"), Error);
+  CHECK_THROWS_WITH_AS(node_leader({1, 1}, 0, 10, 1), doctest::Contains("node 0 has no rank"), Error);
+  CHECK_THROWS_AS(node_leader({0, 0}, 2, 10, 1), Error);
+  CHECK_THROWS_AS(node_leader({0, 0}, -1, 10, 1), Error);
+  CHECK_THROWS_AS(node_leader({0, 1}, 0, 10, 0), Error);
+  CHECK_THROWS_AS(node_leader({0, 1}, 0, 10, 1, 0), Error);
+  CHECK_THROWS_WITH_AS(make_plan(ReduceAlgorithm::node_leader, 4, 0, 10, 1), doctest::Contains("node map"), Error);
+  CHECK(std::string(algorithm_name(ReduceAlgorithm::node_leader)) == "node_leader");
 }
 
 TEST_CASE("segments split count unevenly by at most one element, for any count") {
@@ -714,12 +929,28 @@ TEST_CASE("chunks hold PCOLL_CHUNK_BYTES, grown so that a notification can numbe
         for (const std::size_t count : {std::size_t{0}, std::size_t{1000}, huge}) {
           const ReducePlan plan =
               make_plan(algorithm, ranks, ranks - 1, count, chunk_elems_for(count, 4096, 4, codec.max_chunks()));
-          INFO(bits << "-bit " << describe(algorithm, ranks, count));
+          INFO(bits << "-bit " << algorithm_name(algorithm) << " P=" << ranks << " count=" << count);
           CHECK(plan.tag_count <= codec.max_tags());
           for (const Step& s : plan.steps) {
             for (const auto& transfer : {s.send, s.recv}) {
               if (transfer) CHECK(transfer->chunk_count() <= codec.max_chunks());
             }
+          }
+        }
+      }
+    }
+    // node_leader, with nodes of one rank, of 64 ranks, and one node of all of them.
+    for (const int ranks : {1, 13, 1000, 32767, 1048575}) {
+      if (static_cast<uint32_t>(ranks) > codec.max_ranks()) continue;
+      for (const int node_size : {1, 64, ranks}) {
+        std::vector<int> node_of(static_cast<std::size_t>(ranks));
+        for (int r = 0; r < ranks; ++r) node_of[static_cast<std::size_t>(r)] = r / node_size;
+        const ReducePlan plan = node_leader(node_of, 0, huge, chunk_elems_for(huge, 4096, 4, codec.max_chunks()));
+        INFO(bits << "-bit node_leader P=" << ranks << " nodes of " << node_size);
+        CHECK(plan.tag_count <= codec.max_tags());
+        for (const Step& s : plan.steps) {
+          for (const auto& transfer : {s.send, s.recv}) {
+            if (transfer) CHECK(transfer->chunk_count() <= codec.max_chunks());
           }
         }
       }
@@ -737,8 +968,9 @@ TEST_CASE("transfers overlap only when both carry elements in a common range") {
 }
 
 TEST_CASE("a single rank has nothing to exchange") {
-  for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    const ReducePlan plan = make_plan(algorithm, 1, 0, 1000, 64);
+  for (const Job& job : {uniform_job(ReduceAlgorithm::recursive_doubling, 1),
+                         uniform_job(ReduceAlgorithm::rabenseifner, 1), node_job({0})}) {
+    const ReducePlan plan = job.make(0, 1000, 64, kUnboundedPool);
     CHECK(plan.steps.empty());
     CHECK(plan.landing_elems() == 0);
   }
@@ -754,15 +986,18 @@ TEST_CASE("invalid ranks and chunk sizes are rejected with an error") {
 }
 
 TEST_CASE("bounded landing pools: rounds stay exact, no ring position is overwritten, no deadlock") {
+  std::vector<Job> jobs;
   for (const ReduceAlgorithm algorithm : kAlgorithms) {
-    for (const int ranks : {2, 3, 4, 5, 6, 8}) {
-      for (const std::size_t count : {std::size_t{1}, std::size_t{40}, std::size_t{97}}) {
-        // One chunk per ring position up to rings far larger than a round.
-        for (const std::size_t pool_chunks : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{8}, std::size_t{64}}) {
-          for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-            CAPTURE(seed);
-            check_pooled_rounds(algorithm, ranks, count, 4, pool_chunks, 4, seed);
-          }
+    for (const int ranks : {2, 3, 4, 5, 6, 8}) jobs.push_back(uniform_job(algorithm, ranks));
+  }
+  for (Job& job : node_jobs()) jobs.push_back(std::move(job));
+  for (const Job& job : jobs) {
+    for (const std::size_t count : {std::size_t{1}, std::size_t{40}, std::size_t{97}}) {
+      // One chunk per ring position up to rings far larger than a round.
+      for (const std::size_t pool_chunks : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5}, std::size_t{8}, std::size_t{64}}) {
+        for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+          CAPTURE(seed);
+          check_pooled_rounds(job, count, 4, pool_chunks, 4, seed);
         }
       }
     }

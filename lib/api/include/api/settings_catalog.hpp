@@ -30,6 +30,8 @@ namespace settings {
 inline constexpr auto kTestProgramRows = std::to_array<Setting>({
     {.name = "PCOLL_TEST_EXPECT_PROVIDER", .kind = Kind::test, .type = Type::text, .fallback = "",
      .doc = "collective_check: fail unless the communicator's provider (pcoll_comm_provider) is this"},
+    {.name = "PCOLL_TEST_EXPECT_PLAN", .kind = Kind::test, .type = Type::text, .fallback = "",
+     .doc = "collective_check: fail unless a small handle's reduction plan (pcoll_allreduce_stats) is this"},
     {.name = "PCOLL_TEST_ATOMICS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "10000",
      .min = 1, .max = 100000000, .doc = "transport_conformance: atomics per rank in the contention cases"},
     {.name = "PCOLL_TEST_ABSENT_RANK", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "",

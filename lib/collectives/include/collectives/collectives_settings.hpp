@@ -51,7 +51,8 @@ inline constexpr auto kCollectivesRows = std::to_array<Setting>({
     {.name = "PCOLL_PLAN_RULES", .kind = Kind::user, .type = Type::text, .fallback = "",
      .doc = "reduction plans by the bytes a round moves (vector and flag words), tried before the "
             "defaults: name:from-to,... with sizes in bytes, K, M or G, to may be inf (e.g. "
-            "recursive_doubling:0-32K,rabenseifner:32K-inf); plans: recursive_doubling, rabenseifner, direct"},
+            "recursive_doubling:0-32K,rabenseifner:32K-inf); plans: recursive_doubling, rabenseifner, direct, "
+            "node_leader (jobs over several nodes; only where these rules name it)"},
     {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
      .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
 });

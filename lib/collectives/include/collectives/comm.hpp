@@ -150,6 +150,8 @@ class Comm final : private PeerNotices {
   bool yield_when_spinning() const { return yield_; }
   // Ranks of this communicator on this rank's host, this one included.
   int local_ranks() const { return local_ranks_; }
+  // node_of()[r]: the node of rank r (transport::JobLayout::node_of), the same on every rank.
+  const std::vector<int>& node_of() const { return node_of_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -192,6 +194,7 @@ class Comm final : private PeerNotices {
   int size_ = 1;
   std::string provider_;
   std::string bootstrap_name_;
+  std::vector<int> node_of_;
   NoticeCodec codec_;
   std::unique_ptr<transport::Transport> transport_;
   std::chrono::milliseconds timeout_{30000};

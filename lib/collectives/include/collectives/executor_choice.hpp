@@ -27,6 +27,7 @@ struct ExecutorInputs {
   std::vector<PlanRule> plan_rules;  // the handle's rules (plan_table.hpp)
   bool flat_plan = false;     // PCOLL_PLAN=flat
   bool peers_mapped = false;  // every peer's memory maps here (Transport::maps_memory_of)
+  std::vector<int> node_of;   // the node of each rank (Comm::node_of); empty: not known
   uint32_t max_chunks = 1;    // what a notification numbers (NoticeCodec)
   uint32_t max_tags = 1;
   std::string codec;          // the notification layout in words, for the refusal
@@ -41,7 +42,8 @@ struct ChosenExecutor {
 
 // The first of plan_rules that holds the bytes a round moves (the vector and its flag words)
 // and whose plan applies (the direct plan: every peer maps here, not flat_plan, and the
-// notifications number its phases and slices). Throws Error(unsupported) when the plan
+// notifications number its phases and slices; node_leader: node_of spans several nodes, one
+// of them with more than one rank, and not flat_plan). Throws Error(unsupported) when the plan
 // needs more exchange tags than a notification numbers.
 ChosenExecutor choose_executor(const ExecutorInputs& in);
 

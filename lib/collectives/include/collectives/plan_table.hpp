@@ -14,7 +14,7 @@
 
 namespace pcoll {
 
-enum class PlanKind : uint8_t { recursive_doubling, rabenseifner, direct };
+enum class PlanKind : uint8_t { recursive_doubling, rabenseifner, direct, node_leader };
 
 struct PlanRow {
   PlanKind kind;
@@ -53,6 +53,8 @@ struct PlanQuery {
   uint64_t bytes = 0;           // what a round moves: the vector and its flag words
   bool direct_possible = false; // every peer's memory maps here, PCOLL_PLAN is not flat, and the
                                 // notifications number the direct plan's phases and slices
+  bool nodes_possible = false;  // the job spans several nodes, some node holds more than one
+                                // rank, and PCOLL_PLAN is not flat
 };
 
 // The first of `rules` whose range holds query.bytes and whose row applies; recursive

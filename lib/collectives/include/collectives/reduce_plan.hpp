@@ -13,6 +13,9 @@
 //   recursive_doubling  log2(p2) full-vector exchanges; latency-optimal, for small vectors.
 //   rabenseifner        recursive-halving reduce-scatter then recursive-doubling allgather;
 //                       moves ~2*count elements per rank whatever p2, for large vectors.
+//   node_leader         for ranks on several nodes, given a node map (node_of[rank]):
+//                       reduce on each node to its leader, recursive doubling among the N
+//                       leaders, broadcast on each node; only leaders talk across nodes.
 // where p2 is the largest power of two <= ranks. The extra = ranks - p2 ranks fold in
 // first: the even ranks 0, 2, .., 2*extra-2 send their whole vector to rank+1 (pre-step)
 // and sit out; the p2 "core" ranks run the power-of-two algorithm; each partner then sends
@@ -21,11 +24,26 @@
 // at most one extra rank: the extra work (one reduction, one send of the vector) is
 // spread over as many ranks as possible, no rank doing it twice.
 //
+// node_leader numbers a node's ranks by rank order (local index i; i = 0 is the leader):
+//   node reduce     a binomial tree: at level k = 0, 1, .. the rank whose lowest set bit of
+//                   i is k sends its whole vector to i - 2^k and is done with the phase; a
+//                   rank with bits 0..k of i clear reduces what i + 2^k sends, if it exists;
+//   leaders         recursive doubling over the N leaders (leader j: the leader of node j),
+//                   fold-in included, exactly as above with leader indices for ranks;
+//   node broadcast  the node reduce's tree backwards: each parent writes the full result
+//                   straight into its children's work buffers.
+// With one node it is the node phases alone; with one rank per node, recursive doubling.
+//
 // Step tags are the same on both ends of an exchange and across ranks:
 //   0                  pre-step (fold-in)
 //   1 .. L             recursive doubling steps, or reduce-scatter steps (L = log2 p2)
 //   L+1 .. 2L          allgather steps (rabenseifner only)
 //   last               post-step (fold-in)
+// node_leader, with Ln = ceil(log2 of the largest node's ranks), the same on every rank,
+// and L = log2 of the largest power of two <= N:
+//   0 .. Ln-1              node reduce level k: tag k
+//   Ln .. Ln+L+1           the leaders' recursive doubling: pre-step, steps, post-step
+//   Ln+L+2 .. 2Ln+L+1      node broadcast level k: tag 2Ln+L+1-k (the top level first)
 // A rank's plan lists only the steps it takes part in, in execution order. Steps may
 // carry zero elements (count < p2, count == 0): they still need their notification so
 // that the peer's step completes (or the engine skips the whole round when count == 0,
@@ -55,7 +73,7 @@
 
 namespace pcoll {
 
-enum class ReduceAlgorithm { recursive_doubling, rabenseifner };
+enum class ReduceAlgorithm { recursive_doubling, rabenseifner, node_leader };
 
 const char* algorithm_name(ReduceAlgorithm algorithm);
 
@@ -163,8 +181,10 @@ struct ReducePlan {
   std::vector<Step> steps;  // this rank's steps in execution order
   std::size_t pool_chunks = 0;  // most positions of one slot's ring
   // Landing slots, indexed by Transfer::slot. The layout depends only on (algorithm,
-  // ranks, count, chunk_elems, pool_chunks), not on rank, so a writer addresses the
-  // peer's slot with its own plan's numbers.
+  // ranks, count, chunk_elems, pool_chunks, and node_leader's node map), not on rank, so
+  // a writer addresses the peer's slot with its own plan's numbers: slot 0 receives the
+  // fold-in, 1..L the recursive doubling or reduce-scatter steps, and node_leader's
+  // L+1..L+Ln the node reduce levels 0..Ln-1.
   std::vector<LandingSlot> landing_slots;
   std::uint32_t tag_count = 0;  // tags used by the algorithm: 0 .. tag_count-1
 
@@ -180,6 +200,11 @@ ReducePlan recursive_doubling(int ranks, int rank, std::size_t count, std::size_
                               std::size_t pool_chunks = kUnboundedPool);
 ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chunk_elems,
                         std::size_t pool_chunks = kUnboundedPool);
+// node_of[r]: the node of rank r, ranks = node_of.size(). Throws Error(invalid_argument)
+// as above, and when node_of is empty or its node indices are not 0..N-1, every one used.
+ReducePlan node_leader(const std::vector<int>& node_of, int rank, std::size_t count, std::size_t chunk_elems,
+                       std::size_t pool_chunks = kUnboundedPool);
+// recursive_doubling or rabenseifner; node_leader needs the node map, so it throws.
 ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
                      std::size_t chunk_elems, std::size_t pool_chunks = kUnboundedPool);
 

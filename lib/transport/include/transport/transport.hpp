@@ -48,6 +48,10 @@ struct Capabilities {
 struct JobLayout {
   int hosts = 0;             // distinct hosts; 0: not known (every rank is then treated alike)
   int ranks_on_my_host = 0;  // this rank included
+  // node_of[r]: the node of rank r, numbered 0.. in the order of each node's lowest rank. A
+  // node is a host key (host name and boot id, rendezvous.hpp: host_key); every rank
+  // derives it from the same gathered records, so every rank holds the same map.
+  std::vector<int> node_of;
   std::string host_key;      // this rank's (rendezvous.hpp: host_key)
   // Two ranks with different host names run on one kernel (containers, network namespaces
   // given their own host name): libraries that take one kernel for one machine, as UCX does,
