@@ -26,7 +26,6 @@ namespace sg4 = simgrid::s4u;
 namespace {
 
 constexpr size_t kAccBytes = 4;  // float32 accumulates as float32
-constexpr size_t kNicReceives = 1;
 
 double now_s() { return sg4::Engine::get_clock(); }
 
@@ -218,7 +217,7 @@ class RankEngine final : public ExecutorPort {
     catch_up();
     ++messages_;
     bytes_ += bytes;
-    sg4::Mailbox* mailbox = job_.nic_mailbox(job_.node_of(message->to));
+    sg4::Mailbox* mailbox = job_.nic_mailbox(job_.node_of(message->to), bytes > 0 && message->kind == Message::Kind::data);
     sg4::CommPtr comm = mailbox->put_init(message.release(), bytes);
     if (keep) {
       comm->start();
@@ -452,7 +451,10 @@ void SimJob::start() {
                            std::to_string(spec_.ranks) + " ranks at " + std::to_string(spec_.platform.ranks_per_node) +
                            " per node need " + std::to_string(nodes));
   hosts_.assign(all.begin(), all.begin() + nodes);
-  for (int n = 0; n < nodes; ++n) nic_mailboxes_.push_back(sg4::Mailbox::by_name("nic-" + std::to_string(n)));
+  for (int n = 0; n < nodes; ++n) {
+    nic_mailboxes_.push_back(sg4::Mailbox::by_name("nic-" + std::to_string(n) + "-notices"));
+    nic_mailboxes_.push_back(sg4::Mailbox::by_name("nic-" + std::to_string(n) + "-writes"));
+  }
   counters_.assign(static_cast<size_t>(spec_.ranks), {});
   for (int r = 0; r < spec_.ranks; ++r) engines_.push_back(std::make_unique<RankEngine>(*this, r));
   barrier_ = sg4::Barrier::create(static_cast<unsigned>(spec_.ranks));
@@ -482,15 +484,21 @@ void SimJob::start() {
 }
 
 void SimJob::nic(int node) {
-  sg4::Mailbox* mailbox = nic_mailboxes_[static_cast<size_t>(node)];
-  mailbox->set_receiver(sg4::Actor::self());
-  std::vector<Message*> slots(kNicReceives, nullptr);
+  for (const bool payload : {false, true}) nic_mailbox(node, payload)->set_receiver(sg4::Actor::self());
+  // A NIC hands over each write when it has landed: a notice is never held behind another
+  // sender's large write. A SimGrid receive matches the oldest transfer not yet matched,
+  // so notices (no payload: credits, activations, phase notices, atomics) come through a
+  // mailbox of their own, and each mailbox has a few receives open per rank of the node.
+  constexpr size_t kOpenPerRank = 4;
+  const size_t open = static_cast<size_t>(spec_.platform.ranks_per_node) * kOpenPerRank;
+  sg4::Mailbox* const mailboxes[2] = {nic_mailbox(node, false), nic_mailbox(node, true)};
+  std::vector<Message*> slots(2 * open, nullptr);
   std::vector<sg4::CommPtr> receives;
-  for (size_t i = 0; i < kNicReceives; ++i) receives.push_back(mailbox->get_async<Message>(&slots[i]));
+  for (size_t i = 0; i < 2 * open; ++i) receives.push_back(mailboxes[i / open]->get_async<Message>(&slots[i]));
   for (;;) {
     const auto i = static_cast<size_t>(sg4::Comm::wait_any(receives));
     std::unique_ptr<Message> message(slots[i]);
-    receives[i] = mailbox->get_async<Message>(&slots[i]);
+    receives[i] = mailboxes[i / open]->get_async<Message>(&slots[i]);
     if (message->kind == Message::Kind::atomic_request) {
       // The NIC of the counter's node applies the fetch-add; its engine does nothing.
       auto reply = std::make_unique<Message>(*message);
@@ -498,7 +506,7 @@ void SimJob::nic(int node) {
       reply->to = message->from;
       reply->from = message->to;
       reply->value = fetch_add(message->to, static_cast<size_t>(message->value));
-      sg4::CommPtr comm = nic_mailboxes_[static_cast<size_t>(node_of(reply->to))]->put_init(reply.release(), 8);
+      sg4::CommPtr comm = nic_mailbox(node_of(reply->to), false)->put_init(reply.release(), 8);
       comm->detach([](void* payload) { delete static_cast<Message*>(payload); });
       continue;
     }

@@ -9,10 +9,12 @@
 //
 // SimGrid has no one-sided operations; they are modelled so:
 //   - a write with notification (a data chunk, a credit, an activation, a direct-plan
-//     phase notice) is a communication of the write's bytes to the mailbox of the target's
-//     node, which its NIC actor receives at once (a permanent receiver: transfers flow
-//     without waiting for the target's engine, as RDMA does) and queues for the target's
-//     engine, which pays the notice's handling cost when it takes it;
+//     phase notice) is a communication of the write's bytes to a mailbox of the target's
+//     node (writes with a payload and notices without have one each), which its NIC actor
+//     receives at once (a permanent receiver: transfers flow without waiting for the
+//     target's engine, as RDMA does) and queues for the target's engine as each lands,
+//     whatever was posted before it; the engine pays the notice's handling cost when it
+//     takes it;
 //   - a remote fetch-add (quorum's arrival counting) is an 8-byte request to the NIC actor
 //     of the counter's node, which applies it to the counter without the target's engine
 //     and answers with the old value: a network round trip, no remote CPU;
@@ -83,7 +85,10 @@ class SimJob {
   // --- Shared with the actors.
   const JobSpec& spec() const { return spec_; }
   int node_of(int rank) const { return rank / spec_.platform.ranks_per_node; }
-  simgrid::s4u::Mailbox* nic_mailbox(int node) const { return nic_mailboxes_[static_cast<size_t>(node)]; }
+  // The node's mailbox for writes with a payload, or for notices without one.
+  simgrid::s4u::Mailbox* nic_mailbox(int node, bool payload) const {
+    return nic_mailboxes_[2 * static_cast<size_t>(node) + (payload ? 1 : 0)];
+  }
   RankEngine& engine(int rank) { return *engines_[static_cast<size_t>(rank)]; }
   // Quorum counters: word `word` of rank `host`'s counter region.
   uint64_t fetch_add(int host, size_t word);
@@ -100,7 +105,7 @@ class SimJob {
 
   JobSpec spec_;
   std::vector<simgrid::s4u::Host*> hosts_;              // [node]
-  std::vector<simgrid::s4u::Mailbox*> nic_mailboxes_;   // [node]
+  std::vector<simgrid::s4u::Mailbox*> nic_mailboxes_;   // [2 * node + payload]
   std::vector<std::unique_ptr<RankEngine>> engines_;    // [rank]
   std::vector<std::vector<uint64_t>> counters_;         // [rank][word]
   simgrid::s4u::BarrierPtr barrier_;
