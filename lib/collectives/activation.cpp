@@ -165,6 +165,11 @@ std::optional<Relay> relay(Spread spread, int rank, int size, uint32_t detail, b
   return relay(spread, rank, Trees(size), detail, known);
 }
 
+Trees activation_trees(const std::vector<int>& node_of, int size, bool flat) {
+  if (flat || node_of.size() != static_cast<size_t>(size)) return Trees(size);
+  return Trees(node_of);
+}
+
 int majority_initiator(uint64_t seed, uint32_t handle, uint64_t round, int size) {
   const uint64_t h = hash3(seed, handle, round);
   return static_cast<int>(h % static_cast<uint64_t>(size));

@@ -109,6 +109,7 @@ void Allreduce::prepare() {
   inputs.codec = codec_.describe();
   inputs.inject_bytes = caps.inject_bytes;
   ChosenExecutor chosen = choose_executor(inputs);
+  trees_ = activation::activation_trees(comm_.node_of(), size_, spec_.flat_plan);
   direct_ = chosen.direct;
   const ModeRow& mode = *find_mode(spec_.mode);
   if (mode.needs_remote_atomics && !caps.remote_atomics)
@@ -231,7 +232,7 @@ bool Allreduce::can_join(uint64_t round) {
 }
 
 void Allreduce::initiate(uint64_t round) {
-  for (const int peer : activation::start_targets(policy_->spread(), rank_, size_))
+  for (const int peer : activation::start_targets(policy_->spread(), rank_, trees_))
     transport_.notify(peer, codec_.activation(id_, static_cast<uint32_t>(rank_), round));
   activated_ = std::max(activated_, round + 1);
   initiated_current_ = true;
@@ -283,7 +284,7 @@ void Allreduce::on_notice(const Notice& notice) {
 void Allreduce::on_activation(const Notice& notice) {
   const uint64_t round = codec_.widen_round(notice.round, joined_);
   const std::optional<activation::Relay> relay =
-      activation::relay(policy_->spread(), rank_, size_, notice.rank, round < activated_);
+      activation::relay(policy_->spread(), rank_, trees_, notice.rank, round < activated_);
   if (!relay)
     fail(Errc::protocol, "activation for round " + std::to_string(round) + " of handle " + std::to_string(id_) +
                              " names rank " + std::to_string(notice.rank) + ", which cannot send it to rank " +

@@ -71,6 +71,7 @@ class RankEngine final : public ExecutorPort {
     inputs.rank = rank_;
     inputs.handle = handle;
     executor_ = choose_executor(inputs).executor;
+    trees_ = &job_.trees();
     max_lag_ = opts.max_lag;
     // A handle whose buffers (work buffer, what it reduces from, the caller's result) fit in
     // cache reduces and copies at the cached rates.
@@ -258,7 +259,7 @@ class RankEngine final : public ExecutorPort {
       case Message::Kind::activation: {
         const bool known = m.round < activated_;
         const std::optional<activation::Relay> relay =
-            activation::relay(policy_->spread(), rank_, size_, static_cast<uint32_t>(m.value), known);
+            activation::relay(policy_->spread(), rank_, *trees_, static_cast<uint32_t>(m.value), known);
         for (const int peer : relay.value().to) send_activation(peer, relay->detail, m.round);
         if (known) return;
         activated_ = m.round + 1;
@@ -322,7 +323,7 @@ class RankEngine final : public ExecutorPort {
       switch (decide_join(*policy_, view, joined_, policy_now, [] { return false; })) {
         case JoinDecision::wait: return;
         case JoinDecision::initiate:
-          for (const int peer : activation::start_targets(policy_->spread(), rank_, size_))
+          for (const int peer : activation::start_targets(policy_->spread(), rank_, *trees_))
             send_activation(peer, static_cast<uint32_t>(rank_), joined_);
           activated_ = std::max(activated_, joined_ + 1);
           initiated_current_ = true;
@@ -400,6 +401,7 @@ class RankEngine final : public ExecutorPort {
   size_t mode_ = 0;
   std::unique_ptr<StartPolicy> policy_;
   std::unique_ptr<RoundExecutor> executor_;
+  const activation::Trees* trees_ = nullptr;  // the job's (SimJob::trees)
   uint32_t max_lag_ = 1;
   bool carry_late_ = true;
   uint64_t rounds_total_ = 0;
@@ -530,6 +532,7 @@ void SimJob::begin_mode(size_t index) {
   base.flat_plan = CollectivesSettings::get_choice("PCOLL_PLAN") == "flat";
   base.peers_mapped = spec_.platform.nodes == 1 && spec_.platform.maps_node_peers;
   for (int r = 0; r < spec_.ranks; ++r) base.node_of.push_back(node_of(r));
+  trees_ = std::make_unique<activation::Trees>(activation::activation_trees(base.node_of, spec_.ranks, base.flat_plan));
   const NoticeCodec codec(CollectivesSettings::get_choice("PCOLL_NOTIFY_BITS") == "32" ? 32 : 64);
   base.max_chunks = codec.max_chunks();
   base.max_tags = codec.max_tags();

@@ -31,6 +31,7 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <collectives/activation.hpp>
 #include <pcoll/pcoll.h>
 
 #include "imbalance_options.hpp"
@@ -85,6 +86,8 @@ class SimJob {
   // --- Shared with the actors.
   const JobSpec& spec() const { return spec_; }
   int node_of(int rank) const { return rank / spec_.platform.ranks_per_node; }
+  // The activation trees every rank's engine uses for the mode running (one copy: O(P)).
+  const activation::Trees& trees() const { return *trees_; }
   // The node's mailbox for writes with a payload, or for notices without one.
   simgrid::s4u::Mailbox* nic_mailbox(int node, bool payload) const {
     return nic_mailboxes_[2 * static_cast<size_t>(node) + (payload ? 1 : 0)];
@@ -105,6 +108,7 @@ class SimJob {
 
   JobSpec spec_;
   std::vector<simgrid::s4u::Host*> hosts_;              // [node]
+  std::unique_ptr<activation::Trees> trees_;
   std::vector<simgrid::s4u::Mailbox*> nic_mailboxes_;   // [2 * node + payload]
   std::vector<std::unique_ptr<RankEngine>> engines_;    // [rank]
   std::vector<std::vector<uint64_t>> counters_;         // [rank][word]

@@ -76,6 +76,10 @@ class Trees {
 // or at most 2 (N - 1) times (flood).
 enum class Spread : uint8_t { own_tree, flood };
 
+// A handle's trees: two-level over `node_of` (Trees(node_of)) unless `flat` (PCOLL_PLAN=flat)
+// or the map does not hold `size` ranks.
+Trees activation_trees(const std::vector<int>& node_of, int size, bool flat);
+
 // Whom an initiator sends its activation to.
 std::vector<int> start_targets(Spread spread, int rank, const Trees& trees);
 std::vector<int> start_targets(Spread spread, int rank, int size);  // flat trees

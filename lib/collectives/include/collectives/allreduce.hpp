@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include <collectives/activation.hpp>
 #include <collectives/allreduce_stats.hpp>
 #include <collectives/handle_memory.hpp>
 #include <collectives/handle_spec.hpp>
@@ -194,6 +195,9 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   uint64_t joined_ = 0;    // rounds joined
   uint64_t completed_ = 0; // rounds completed
   uint64_t activated_ = 0; // rounds < activated_ have been activated
+  // The activation trees: over the nodes where the job spans several (activation.hpp),
+  // flat under PCOLL_PLAN=flat.
+  activation::Trees trees_{1};
   bool initiated_current_ = false;  // this rank activated the active round
   bool active_flush_ = false;       // the active round is a flush
   uint64_t epoch_ = 0;              // the engine's own moves (epoch() adds the executor's)
