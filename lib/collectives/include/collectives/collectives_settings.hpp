@@ -47,7 +47,8 @@ inline constexpr auto kCollectivesRows = std::to_array<Setting>({
             "type and its flag words), the direct plan or Rabenseifner above: the defaults of PCOLL_PLAN_RULES"},
     {.name = "PCOLL_PLAN", .kind = Kind::user, .type = Type::choice, .fallback = "auto", .choices = kPlanChoices,
      .doc = "reduction plan above PCOLL_RD_MAX_BYTES: auto (ranks that all map each other's memory, "
-            "one host on ucx:shm, reduce from it where it lies; others Rabenseifner) or flat (Rabenseifner always)"},
+            "one host on ucx:shm, reduce from it where it lies; others Rabenseifner) or flat (Rabenseifner always, "
+            "and flat activation trees across nodes)"},
     {.name = "PCOLL_PLAN_RULES", .kind = Kind::user, .type = Type::text, .fallback = "",
      .doc = "reduction plans by the bytes a round moves (vector and flag words), tried before the "
             "defaults: name:from-to,... with sizes in bytes, K, M or G, to may be inf (e.g. "
