@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,8 @@
 #include <pcoll/pcoll.h>
 #include "perf_error.hpp"
 #include "perf_job.hpp"
+
+#include <unistd.h>
 
 #if PCOLL_PERF_MPI
 #include <mpi.h>
@@ -182,7 +186,41 @@ struct Stats {
   double avg_us = 0, min_us = 0, max_us = 0, p50_us = 0, p99_us = 0;
   uint64_t wrong = 0;
   std::string plan = "mpi";  // the reduction plan the handle ran (pcoll_allreduce_stats)
+  // Per round (warm-up and flush included), the largest over nodes of what a node's ranks
+  // sent to other nodes (bytes_network, messages_network); negative: not measured (mpi).
+  double net_bytes_per_round = -1, net_messages_per_round = -1;
 };
+
+// A JSON number with one decimal, or null where negative (not measured).
+std::string json_number(double v) {
+  if (v < 0) return "null";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f", v);
+  return text;
+}
+
+// This rank's host name as a whole number below 2^52, which a double holds exactly: ranks
+// with equal names are one node for the network counters. Under PCOLL_TEST_HOST_NAMES (hosts
+// emulated on one machine) the name it gives this rank, as the library takes it.
+double host_key(int rank) {
+  std::string name;
+  if (const char* names = std::getenv("PCOLL_TEST_HOST_NAMES"); names != nullptr) {
+    std::string all = names;
+    size_t begin = 0;
+    for (int r = 0; r < rank && begin != std::string::npos; ++r) {
+      begin = all.find(',', begin);
+      if (begin != std::string::npos) ++begin;
+    }
+    if (begin != std::string::npos) name = all.substr(begin, all.find(',', begin) - begin);
+  }
+  if (name.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0) name = host;
+  }
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return static_cast<double>(h >> 12);
+}
 
 #if PCOLL_PERF_MPI
 MPI_Datatype mpi_dtype(pcoll_dtype_t d) {
@@ -270,7 +308,8 @@ class Bench {
     if (!o_.check) fill(0, count);
 
     pcoll_allreduce_t* handle = nullptr;
-    if (mode.mode != Mode::mpi) {
+    const bool handle_made = mode.mode != Mode::mpi;
+    if (handle_made) {
       pcoll_allreduce_opts_t opts;
       pcoll_allreduce_opts_init(&opts);
       mode.apply(opts);
@@ -280,6 +319,7 @@ class Bench {
     job_.barrier();
     const uint64_t rounds = o_.warmup + o_.iters;
     std::string plan = "mpi";
+    std::vector<double> network(static_cast<size_t>(3 * ranks), 0.0);  // [3r]: bytes, messages, host
     for (uint64_t t = 0; t < rounds; ++t) {
       if (o_.check) fill(t, count);
       std::vector<uint64_t> fresh = all_fresh;
@@ -310,7 +350,12 @@ class Bench {
       perf::check(pcoll_allreduce_stats(handle, &stats), "pcoll_allreduce_stats");
       plan = stats.plan != nullptr ? stats.plan : "?";
       perf::check(pcoll_allreduce_destroy(handle), "pcoll_allreduce_destroy");
+      network[static_cast<size_t>(3 * job_.rank())] = static_cast<double>(stats.bytes_network);
+      network[static_cast<size_t>(3 * job_.rank() + 1)] = static_cast<double>(stats.messages_network);
+      network[static_cast<size_t>(3 * job_.rank() + 2)] = host_key(job_.rank());
     }
+    // Every rank's counters and host, then per node the sum, and the largest node.
+    job_.sum_over_ranks(network);
 
     // Per round, the slowest rank's time; then the summary of those.
     job_.max_over_ranks(times_us);
@@ -328,6 +373,19 @@ class Bench {
     s.p99_us = percentile(sorted, 0.99);
     s.wrong = static_cast<uint64_t>(wrong_total[0]);
     s.plan = plan;
+    if (handle_made) {
+      std::map<double, std::pair<double, double>> per_node;
+      for (int r = 0; r < ranks; ++r) {
+        auto& node = per_node[network[static_cast<size_t>(3 * r + 2)]];
+        node.first += network[static_cast<size_t>(3 * r)];
+        node.second += network[static_cast<size_t>(3 * r + 1)];
+      }
+      s.net_bytes_per_round = s.net_messages_per_round = 0;
+      for (const auto& [host, node] : per_node) {
+        s.net_bytes_per_round = std::max(s.net_bytes_per_round, node.first / static_cast<double>(rounds + 1));
+        s.net_messages_per_round = std::max(s.net_messages_per_round, node.second / static_cast<double>(rounds + 1));
+      }
+    }
     return s;
   }
 
@@ -410,12 +468,14 @@ int main(int argc, char** argv) {
           std::printf("{\"tool\":\"pcoll_allreduce\",\"mode\":\"%s\",\"P\":%d,\"provider\":\"%s\",\"bootstrap\":\"%s\","
                       "\"bytes\":%zu,\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"iters\":%llu,\"warmup\":%llu,"
                       "\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-                      "\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,\"memcpy_GBps\":%.3f,\"wrong\":%s,\"plan\":\"%s\"}\n",
+                      "\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,\"memcpy_GBps\":%.3f,\"wrong\":%s,\"plan\":\"%s\","
+                      "\"net_bytes_per_round\":%s,\"net_messages_per_round\":%s}\n",
                       mode.name().c_str(), P, job.provider().c_str(), job.launcher().c_str(), bytes, count,
                       dtype_name(options.dtype), op_name(options.op), static_cast<unsigned long long>(options.iters),
                       static_cast<unsigned long long>(options.warmup), s.avg_us, s.min_us, s.max_us, s.p50_us,
                       s.p99_us, algbw, busbw, memcpy_gbps,
-                      options.check ? std::to_string(s.wrong).c_str() : "null", s.plan.c_str());
+                      options.check ? std::to_string(s.wrong).c_str() : "null", s.plan.c_str(),
+                      json_number(s.net_bytes_per_round).c_str(), json_number(s.net_messages_per_round).c_str());
         } else {
           std::printf("%12zu %10zu %9s %6s %9s %10.2f %10.2f %10.2f %10.2f %10.2f %12.4f %12.4f %7s  %s\n", bytes,
                       count, dtype_name(options.dtype), op_name(options.op), mode.name().c_str(), s.avg_us, s.min_us,

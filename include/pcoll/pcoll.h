@@ -151,9 +151,12 @@ typedef struct {
   const uint64_t *longest_late_run;/* [r]: most consecutive rounds rank r was late */
   const uint64_t *fresh_histogram; /* [k], k = 0..P: rounds in which k ranks were fresh */
   const char *plan;                /* the reduction plan this handle runs: "recursive_doubling",
-                                      "rabenseifner" or "direct" (docs/design.md) */
+                                      "rabenseifner", "direct", "node_leader" (docs/design.md) */
   uint64_t bytes_read;             /* bytes this rank read from peers' memory mapped here
                                       (the direct plan); bytes_written counts none of them */
+  uint64_t bytes_network;          /* bytes this rank wrote to ranks on other nodes (a node:
+                                      the ranks of one host name and boot id) */
+  uint64_t messages_network;       /* writes, notices and atomics it sent to those ranks */
 } pcoll_allreduce_stats_t;
 
 /* Local, not collective; does not wait for anything but the engine lock. */

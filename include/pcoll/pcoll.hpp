@@ -96,8 +96,9 @@ struct allreduce_stats {
   std::uint64_t memory_bytes = 0, registered_bytes = 0;
   std::vector<std::uint64_t> fresh_rounds, late_rounds, longest_late_run;  // [rank]
   std::vector<std::uint64_t> fresh_histogram;                              // [0..P]
-  std::string plan;             // "recursive_doubling", "rabenseifner" or "direct"
+  std::string plan;             // "recursive_doubling", "rabenseifner", "direct", "node_leader"
   std::uint64_t bytes_read = 0;  // from peers' memory mapped here (the direct plan)
+  std::uint64_t bytes_network = 0, messages_network = 0;  // to ranks on other nodes
 };
 
 namespace detail {
@@ -105,7 +106,8 @@ inline allreduce_stats copy_stats(const pcoll_allreduce_stats_t& c) {
   const auto n = static_cast<std::size_t>(c.nranks);
   allreduce_stats s{c.rounds, c.flushes, c.flushes_carried, c.rounds_initiated,
                     c.rounds_while_computing, c.blocked_ns, c.bytes_written,
-                    c.memory_bytes, c.registered_bytes, {}, {}, {}, {}, c.plan ? c.plan : "", c.bytes_read};
+                    c.memory_bytes, c.registered_bytes, {}, {}, {}, {}, c.plan ? c.plan : "", c.bytes_read,
+                    c.bytes_network, c.messages_network};
   s.fresh_rounds.assign(c.fresh_rounds, c.fresh_rounds + n);
   s.late_rounds.assign(c.late_rounds, c.late_rounds + n);
   s.longest_late_run.assign(c.longest_late_run, c.longest_late_run + n);

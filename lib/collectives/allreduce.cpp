@@ -232,8 +232,10 @@ bool Allreduce::can_join(uint64_t round) {
 }
 
 void Allreduce::initiate(uint64_t round) {
-  for (const int peer : activation::start_targets(policy_->spread(), rank_, trees_))
+  for (const int peer : activation::start_targets(policy_->spread(), rank_, trees_)) {
     transport_.notify(peer, codec_.activation(id_, static_cast<uint32_t>(rank_), round));
+    sent(peer, 0);
+  }
   activated_ = std::max(activated_, round + 1);
   initiated_current_ = true;
   observe([&](RoundObserver& o) { o.activation_sent(round, rank_); });
@@ -254,6 +256,7 @@ void Allreduce::count_arrival(std::unique_lock<std::mutex>& lock, uint64_t round
   std::optional<Error> failed;
   try {
     old = transport_.fetch_add(*peers_[static_cast<size_t>(counter.host)], offset, 1);
+    sent(counter.host, sizeof(uint64_t));
   } catch (const Error& e) {
     failed = e;
   }
@@ -292,7 +295,10 @@ void Allreduce::on_activation(const Notice& notice) {
   if (round > joined_ + 1)
     fail(Errc::protocol, "activation for round " + std::to_string(round) + " of handle " + std::to_string(id_) +
                              " while this rank is at round " + std::to_string(joined_));
-  for (const int peer : relay->to) transport_.notify(peer, codec_.activation(id_, relay->detail, round));
+  for (const int peer : relay->to) {
+    transport_.notify(peer, codec_.activation(id_, relay->detail, round));
+    sent(peer, 0);
+  }
   if (round < activated_) return;
   activated_ = round + 1;
   observe([&](RoundObserver& o) { o.activation_received(round, static_cast<int>(notice.rank)); });
@@ -388,6 +394,7 @@ void Allreduce::write_chunk(const Step& step, const Chunk& chunk, uint64_t round
   transport_.write_notify(memory_->region(), memory_->acc_bytes(chunk.offset), *peers_[static_cast<size_t>(step.peer)],
                           target, bytes, codec_.data(id_, step.tag, chunk.index, round));
   observe([&](RoundObserver& o) { o.wrote(bytes); });
+  sent(step.peer, bytes);
 }
 
 void Allreduce::reduce_chunk(const Step& step, const Chunk& chunk, uint64_t round, bool final) {
@@ -399,6 +406,7 @@ void Allreduce::reduce_chunk(const Step& step, const Chunk& chunk, uint64_t roun
 
 void Allreduce::send_credit(const Step& step, uint64_t round, uint32_t chunk) {
   transport_.notify(step.peer, codec_.credit(id_, step.tag, chunk, round));
+  sent(step.peer, 0);
 }
 
 void Allreduce::settle_writes() { transport_.flush(); }
@@ -413,6 +421,15 @@ bool Allreduce::peers_mapped() const {
 
 void Allreduce::signal_peer(int peer, uint32_t tag, uint64_t round) {
   transport_.notify(peer, codec_.data(id_, tag, static_cast<uint32_t>(rank_), round));
+  sent(peer, 0);
+}
+
+void Allreduce::sent(int peer, uint64_t bytes) {
+  const std::vector<int>& node_of = comm_.node_of();
+  if (node_of.size() != static_cast<size_t>(size_) ||
+      node_of[static_cast<size_t>(peer)] == node_of[static_cast<size_t>(rank_)])
+    return;
+  observe([&](RoundObserver& o) { o.sent_to_network(bytes); });
 }
 
 void Allreduce::reduce_from_peer(int peer, size_t offset, size_t count, uint64_t /*round*/) {

@@ -164,6 +164,8 @@ py::dict Allreduce::stats() const {
   out["fresh_histogram"] = as_list(raw.fresh_histogram, n + 1);
   out["plan"] = raw.plan != nullptr ? raw.plan : "";
   out["bytes_read"] = raw.bytes_read;
+  out["bytes_network"] = raw.bytes_network;
+  out["messages_network"] = raw.messages_network;
   return out;
 }
 

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+
+#include <unistd.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -857,6 +859,50 @@ void a_handle_larger_than_the_host_is_refused_before_allocating(const Rank& me) 
   // What fits is made as before.
   CHECK(check_handle(me, PCOLL_MODE_SOLO, PCOLL_FLOAT32, PCOLL_OP_SUM, 1000, 2, false) == 0);
   REQUIRE(unsetenv("PCOLL_TEST_HOST_MEMORY_BYTES") == 0);
+}
+
+// bytes_network and messages_network count what a rank sent to ranks on other nodes only:
+// none on one host; on several (real, or emulated with PCOLL_TEST_HOST_NAMES, which the
+// library takes for host names) some rank sent some, and no rank more bytes than it wrote.
+void network_counters_count_only_other_nodes(const Rank& me) {
+  std::string host;
+  if (const char* names = std::getenv("PCOLL_TEST_HOST_NAMES"); names != nullptr) {
+    const std::string all = names;
+    size_t begin = 0;
+    for (int r = 0; r < me.rank && begin != std::string::npos; ++r) {
+      begin = all.find(',', begin);
+      if (begin != std::string::npos) ++begin;
+    }
+    if (begin != std::string::npos) host = all.substr(begin, all.find(',', begin) - begin);
+  }
+  if (host.empty()) {
+    char name[256] = {};
+    REQUIRE(gethostname(name, sizeof name - 1) == 0);
+    host = name;
+  }
+  const bool one_host = all_agree(me, fnv1a(host.data(), host.size()));
+  pcoll_allreduce_t* h = nullptr;
+  REQUIRE(pcoll_allreduce_create(me.comm, 256, PCOLL_INT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) ==
+          PCOLL_SUCCESS);
+  std::vector<int32_t> send(256, me.rank), recv(256);
+  for (int t = 0; t < 4; ++t) REQUIRE(pcoll_allreduce_run(h, send.data(), recv.data(), nullptr) == PCOLL_SUCCESS);
+  pcoll_allreduce_stats_t stats{};
+  stats.size = sizeof stats;
+  REQUIRE(pcoll_allreduce_stats(h, &stats) == PCOLL_SUCCESS);
+  REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+  INFO("host " << host << ", bytes_network " << stats.bytes_network << ", messages_network "
+               << stats.messages_network << ", bytes_written " << stats.bytes_written);
+  CHECK(stats.bytes_network <= stats.bytes_written);
+  CHECK((stats.bytes_network == 0 || stats.messages_network > 0));
+  if (one_host) {
+    CHECK(stats.messages_network == 0);
+  } else {
+    // Some rank sent across: the largest count over ranks is not zero.
+    int64_t most[2] = {static_cast<int64_t>(stats.messages_network), 0};
+    int64_t out[2] = {0, 0};
+    REQUIRE(pcoll_allreduce_run(me.agree, most, out, nullptr) == PCOLL_SUCCESS);
+    CHECK(out[0] > 0);
+  }
 }
 
 }  // namespace collective_rules

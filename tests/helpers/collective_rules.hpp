@@ -56,5 +56,6 @@ void a_timed_wait_returns_while_a_peer_is_late_and_keeps_the_round(const Rank& r
 void an_argument_refused_by_a_binding_fails_every_rank(const Rank& rank);
 void enum_names_round_trip_and_unknown_names_are_refused(const Rank& rank);
 void a_handle_larger_than_the_host_is_refused_before_allocating(const Rank& rank);
+void network_counters_count_only_other_nodes(const Rank& rank);
 
 }  // namespace collective_rules

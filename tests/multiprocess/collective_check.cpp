@@ -57,6 +57,7 @@ TEST_CASE("a timed wait returns while a peer is late, and the round stays outsta
 TEST_CASE("an argument a binding refused fails every rank, naming it") { collective_rules::an_argument_refused_by_a_binding_fails_every_rank(g_me); }
 TEST_CASE("enum names round-trip through the C API and unknown names are refused") { collective_rules::enum_names_round_trip_and_unknown_names_are_refused(g_me); }
 TEST_CASE("a handle larger than the host is refused before allocating, on every rank") { collective_rules::a_handle_larger_than_the_host_is_refused_before_allocating(g_me); }
+TEST_CASE("network counters count only what went to other nodes") { collective_rules::network_counters_count_only_other_nodes(g_me); }
 
 int main(int argc, char** argv) {
   if (pcoll_init(&g_me.comm) != PCOLL_SUCCESS) {

@@ -138,6 +138,8 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   void reduce_chunk(const Step& step, const Chunk& chunk, uint64_t round, bool final) override;
   void send_credit(const Step& step, uint64_t round, uint32_t chunk) override;
   void settle_writes() override;
+  // Counts a message of `bytes` payload to `peer` when it lives on another node.
+  void sent(int peer, uint64_t bytes);
   // The direct plan: peers' work buffers mapped here.
   void signal_peer(int peer, uint32_t tag, uint64_t round) override;
   void reduce_from_peer(int peer, size_t offset, size_t count, uint64_t round) override;

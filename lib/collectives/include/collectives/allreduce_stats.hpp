@@ -18,6 +18,8 @@ struct AllreduceStats {
   uint64_t blocked_ns = 0;
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;         // from peers' memory mapped here (the direct plan)
+  uint64_t bytes_network = 0;      // sent to ranks on other nodes
+  uint64_t messages_network = 0;   // messages, notices and atomics sent to ranks on other nodes
   uint64_t memory_bytes = 0;       // filled when the stats are read (HandleMemory)
   uint64_t registered_bytes = 0;
   std::vector<uint64_t> fresh_rounds;      // [rank], flush rounds excluded
@@ -35,6 +37,10 @@ class StatsObserver final : public RoundObserver {
   void completed(const RoundInfo& info, bool initiated, bool flush, bool while_computing) override;
   void wrote(uint64_t bytes) override { stats_.bytes_written += bytes; }
   void read(uint64_t bytes) override { stats_.bytes_read += bytes; }
+  void sent_to_network(uint64_t bytes) override {
+    stats_.bytes_network += bytes;
+    ++stats_.messages_network;
+  }
   void blocked(uint64_t ns) override { stats_.blocked_ns += ns; }
 
  private:

@@ -30,6 +30,9 @@ class RoundObserver {
   // The result went to the application.
   virtual void delivered(uint64_t /*round*/, bool /*caller_late*/) {}
   virtual void wrote(uint64_t /*bytes*/) {}
+  // This rank sent a message (a write with its notification, a notice alone, an atomic) of
+  // `bytes` payload to a rank on another node (Comm::node_of).
+  virtual void sent_to_network(uint64_t /*bytes*/) {}
   // This rank read `bytes` of a peer's memory mapped here (the direct plan).
   virtual void read(uint64_t /*bytes*/) {}
   // A caller waited this long in run/wait/flush.
