@@ -13,10 +13,12 @@
 #   hosts    plain ucx (UCX picks its transports): transport_conformance, whose mailbox-path
 #            case checks by host name that notifications to a peer on the same host are
 #            stores into its mailbox and to every other peer messages, then collective_check
+#   nodes    collective_check with the node-aware plan (PCOLL_PLAN_RULES=node_leader:0-inf) on
+#            the default provider: each host a node, the plan checked by name
 #   tbf      imbalance_check over ofi:tcp with host 2's link capped by tc tbf (both ways):
 #            the run completes, sums are exact, and solo finishes before sync
 # Namespaces (and with them every link and tmpfs) are removed on every exit (trap).
-#   usage: netns.sh all|default|tcp|ucx|hosts|tbf...
+#   usage: netns.sh all|default|tcp|ucx|hosts|nodes|tbf...
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -26,7 +28,7 @@ need tc iproute2
 need unshare util-linux
 require_programs PCOLL_TEST_COLLECTIVE_CHECK PCOLL_TEST_IMBALANCE PCOLL_TEST_CONFORMANCE
 parts=("$@")
-[[ ${parts[*]:-all} == all ]] && parts=(default tcp ucx hosts tbf)
+[[ ${parts[*]:-all} == all ]] && parts=(default tcp ucx hosts nodes tbf)
 
 hosts=3
 per_host=2
@@ -133,7 +135,10 @@ for part in "${parts[@]}"; do
     default)
       # The hosts share this machine's kernel, so the default is the routed libfabric
       # transport (UCX would take them for one machine).
-      run_job default "" ofi:shm+tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ;;
+      run_job default "" ofi:shm+tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES,network counters*" ;;
+    nodes)
+      PCOLL_PLAN_RULES=node_leader:0-inf PCOLL_TEST_EXPECT_PLAN=node_leader \
+        run_job nodes "" ofi:shm+tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES,network counters*" ;;
     tcp) run_job tcp ofi:tcp ofi:tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ;;
     ucx) run_job ucx ucx:tcp ucx:tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ;;
     hosts)
@@ -149,7 +154,7 @@ for part in "${parts[@]}"; do
       ip netns exec "${namespaces[2]}" tc qdisc del dev pcnet root
       ip netns exec "$switch" tc qdisc del dev port2 root
       ;;
-    *) die "unknown part '$part' (all, default, tcp, ucx, hosts, tbf)" ;;
+    *) die "unknown part '$part' (all, default, tcp, ucx, hosts, nodes, tbf)" ;;
   esac
 done
 echo "netns: all runs passed"
