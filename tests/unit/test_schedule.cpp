@@ -71,6 +71,29 @@ std::vector<std::vector<int>> node_maps() {
 // Big vectors for a cyclic placement and for uneven nodes.
 std::vector<std::vector<int>> big_node_maps() { return {{0, 1, 0, 1}, {0, 2, 0, 1, 2, 0}}; }
 
+// node_rails' node maps, every node holding the same number of ranks: block and cyclic
+// placements, nodes scattered over the ranks, one rank per node, one node.
+std::vector<int> placed(int nodes, int node_size, bool cyclic) {
+  std::vector<int> node_of;
+  for (int r = 0; r < nodes * node_size; ++r) node_of.push_back(cyclic ? r % nodes : r / node_size);
+  return node_of;
+}
+std::vector<std::vector<int>> equal_node_maps() {
+  std::vector<std::vector<int>> maps = {placed(2, 2, false), placed(2, 2, true), placed(3, 3, true),
+                                        placed(4, 4, false)};
+  // 5 nodes x 2: node labels in order, dealt out with a stride coprime to 10.
+  const std::vector<int> labels = placed(5, 2, false);
+  std::vector<int> scattered;
+  for (std::size_t r = 0; r < labels.size(); ++r) scattered.push_back(labels[(r * 3) % labels.size()]);
+  maps.push_back(scattered);
+  maps.push_back({1, 2, 0});           // 3 nodes x 1
+  maps.push_back(placed(1, 5, false));  // 1 node x 5
+  maps.push_back(placed(6, 3, true));
+  return maps;
+}
+// Big vectors for a cyclic placement, and for 3 nodes x 2, whose rails fold in.
+std::vector<std::vector<int>> big_equal_node_maps() { return {placed(2, 2, true), placed(3, 2, true)}; }
+
 // Makes one rank's plan of a job: (rank, count, chunk_elems, pool_chunks).
 using PlanMaker = std::function<ReducePlan(int, std::size_t, std::size_t, std::size_t)>;
 
@@ -89,15 +112,17 @@ Job uniform_job(ReduceAlgorithm algorithm, int ranks) {
              }};
 }
 
-Job node_job(const std::vector<int>& node_of) {
-  std::string name = "node_leader nodes";
+Job node_job(const std::vector<int>& node_of, ReduceAlgorithm algorithm = ReduceAlgorithm::node_leader) {
+  std::string name = std::string(algorithm_name(algorithm)) + " nodes";
   for (std::size_t r = 0; r < node_of.size(); ++r) {
     name += r == 0 ? '=' : ',';
     name += std::to_string(node_of[r]);
   }
-  return Job{name, ReduceAlgorithm::node_leader, static_cast<int>(node_of.size()),
-             [node_of](int rank, std::size_t count, std::size_t chunk_elems, std::size_t pool_chunks) {
-               return node_leader(node_of, rank, count, chunk_elems, pool_chunks);
+  return Job{name, algorithm, static_cast<int>(node_of.size()),
+             [node_of, algorithm](int rank, std::size_t count, std::size_t chunk_elems, std::size_t pool_chunks) {
+               return algorithm == ReduceAlgorithm::node_rails
+                          ? node_rails(node_of, rank, count, chunk_elems, pool_chunks)
+                          : node_leader(node_of, rank, count, chunk_elems, pool_chunks);
              }};
 }
 
@@ -113,6 +138,9 @@ std::vector<Job> uniform_jobs() {
 std::vector<Job> node_jobs() {
   std::vector<Job> jobs;
   for (const std::vector<int>& node_of : node_maps()) jobs.push_back(node_job(node_of));
+  for (const std::vector<int>& node_of : equal_node_maps()) {
+    jobs.push_back(node_job(node_of, ReduceAlgorithm::node_rails));
+  }
   return jobs;
 }
 
@@ -129,6 +157,9 @@ std::vector<Job> big_jobs() {
     for (const int ranks : big_ranks_for(algorithm)) jobs.push_back(uniform_job(algorithm, ranks));
   }
   for (const std::vector<int>& node_of : big_node_maps()) jobs.push_back(node_job(node_of));
+  for (const std::vector<int>& node_of : big_equal_node_maps()) {
+    jobs.push_back(node_job(node_of, ReduceAlgorithm::node_rails));
+  }
   return jobs;
 }
 
@@ -185,8 +216,8 @@ void for_each_configuration_of(const std::vector<Job>& jobs, Check check) {
   }
 }
 
-// Every algorithm: recursive doubling and Rabenseifner over P ranks, node_leader over the
-// node maps.
+// Every algorithm: recursive doubling and Rabenseifner over P ranks, node_leader and
+// node_rails over their node maps.
 template <class Check>
 void for_each_configuration(Check check) {
   for_each_configuration_of(all_jobs(), check);
@@ -837,6 +868,157 @@ TEST_CASE("node_leader rejects a node map that is empty, negative or leaves a no
   CHECK(std::string(algorithm_name(ReduceAlgorithm::node_leader)) == "node_leader");
 }
 
+// node_rails' phases as the tests see them: R node rounds (a round-robin tournament of L
+// players), then the rails' tags, then R allgather rounds.
+struct RailsShape {
+  NodeShape nodes;
+  int node_size = 0;    // L
+  int node_rounds = 0;  // R
+  int rail_tags = 0;
+
+  bool reduce_scatter(std::uint32_t tag) const { return tag < static_cast<std::uint32_t>(node_rounds); }
+  bool rail(std::uint32_t tag) const {
+    return !reduce_scatter(tag) && tag < static_cast<std::uint32_t>(node_rounds + rail_tags);
+  }
+};
+
+RailsShape rails_shape_of(const std::vector<int>& node_of) {
+  RailsShape shape;
+  shape.nodes = shape_of(node_of);
+  shape.node_size = shape.nodes.node_size[0];
+  shape.node_rounds = shape.node_size == 1 ? 0 : shape.node_size % 2 == 0 ? shape.node_size - 1 : shape.node_size;
+  // Rabenseifner's pre-step, 2 log2(p2) steps and post-step; recursive doubling's where p2 <= 2.
+  const int levels = shape.nodes.leader_levels;
+  shape.rail_tags = (levels > 1 ? 2 * levels : levels) + 2;
+  return shape;
+}
+
+TEST_CASE("node_rails: each rank sends across nodes only its block's rail exchanges (about 2 count / L elements), "
+          "and within the node about 2 count (L-1)/L") {
+  for (const std::vector<int>& node_of : equal_node_maps()) {
+    const RailsShape shape = rails_shape_of(node_of);
+    const int size = shape.node_size;
+    const auto ranks = static_cast<int>(node_of.size());
+    for (const std::size_t count : {std::size_t{0}, std::size_t{3}, std::size_t{1000}, std::size_t{1001}}) {
+      for (int r = 0; r < ranks; ++r) {
+        const ReducePlan plan = node_rails(node_of, r, count, chunk_size_for(count));
+        CHECK(plan.algorithm == ReduceAlgorithm::node_rails);
+        CHECK(plan.tag_count == static_cast<std::uint32_t>(2 * shape.node_rounds + shape.rail_tags));
+        const int local = shape.nodes.local[static_cast<std::size_t>(r)];
+        const std::size_t block = block_offset(count, size, local);
+        const std::size_t block_count = block_elems(count, size, local);
+        std::size_t across = 0, within = 0;
+        std::map<int, int> met;  // [local peer]: node exchanges with it
+        for (const Step& s : plan.steps) {
+          INFO(describe(node_job(node_of, ReduceAlgorithm::node_rails), count) << " rank " << r << " step " << s.tag);
+          const bool other_node = node_of[static_cast<std::size_t>(s.peer)] != node_of[static_cast<std::size_t>(r)];
+          CHECK(other_node == shape.rail(s.tag));
+          const int peer_local = shape.nodes.local[static_cast<std::size_t>(s.peer)];
+          if (other_node) {
+            // The rail: the ranks of my local index, moving pieces of my block only.
+            CHECK(peer_local == local);
+            for (const auto& transfer : {s.send, s.recv}) {
+              if (!transfer) continue;
+              CHECK(transfer->offset >= block);
+              CHECK(transfer->offset + transfer->count <= block + block_count);
+            }
+            across += s.sends() ? s.send->count : 0;
+            continue;
+          }
+          // Node phases: block j to local j, reduced there; then my block copied to each.
+          ++met[peer_local];
+          const bool reduce = shape.reduce_scatter(s.tag);
+          CHECK(s.kind() == (reduce ? StepKind::send_reduce : StepKind::send_copy));
+          const Transfer& mine = reduce ? *s.recv : *s.send;
+          const Transfer& theirs = reduce ? *s.send : *s.recv;
+          CHECK(mine.offset == block);
+          CHECK(mine.count == block_count);
+          CHECK(theirs.offset == block_offset(count, size, peer_local));
+          CHECK(theirs.count == block_elems(count, size, peer_local));
+          within += s.send->count;
+        }
+        INFO(describe(node_job(node_of, ReduceAlgorithm::node_rails), count) << " rank " << r);
+        // Each local peer twice: once per node phase.
+        CHECK(static_cast<int>(met.size()) == size - 1);
+        for (const auto& [peer_local, times] : met) CHECK(times == 2);
+        // count - block in the reduce-scatter, the block to L - 1 peers in the allgather.
+        CHECK(within == count - block_count + static_cast<std::size_t>(size - 1) * block_count);
+        const int p2 = 1 << shape.nodes.leader_levels;
+        const int node = node_of[static_cast<std::size_t>(r)];
+        const bool folds = node < 2 * (shape.nodes.nodes - p2);
+        if (shape.nodes.nodes == 1) CHECK(across == 0);
+        // 2 (p2-1)/p2 of the block in Rabenseifner, the block in recursive doubling or a
+        // fold-in pre-step, one more block for a fold-in partner's post-step.
+        CHECK(across <= 2 * block_count + (folds ? block_count : 0));
+        if (shape.nodes.nodes > 1 && block_count >= 2 * static_cast<std::size_t>(p2)) CHECK(across >= block_count);
+      }
+    }
+  }
+}
+
+TEST_CASE("node_rails with one rank per node is Rabenseifner over the nodes (recursive doubling for p2 <= 2)") {
+  for (int nodes = 1; nodes <= 9; ++nodes) {
+    for (const bool reversed : {false, true}) {
+      std::vector<int> node_of(static_cast<std::size_t>(nodes));
+      for (int r = 0; r < nodes; ++r) node_of[static_cast<std::size_t>(r)] = reversed ? nodes - 1 - r : r;
+      const ReduceAlgorithm flat =
+          core_ranks(nodes) > 2 ? ReduceAlgorithm::rabenseifner : ReduceAlgorithm::recursive_doubling;
+      for (int r = 0; r < nodes; ++r) {
+        INFO("nodes " << nodes << (reversed ? " reversed" : "") << " rank " << r);
+        const int node = node_of[static_cast<std::size_t>(r)];
+        const ReducePlan plan = node_rails(node_of, r, 100, 7);
+        const ReducePlan reference = make_plan(flat, nodes, node, 100, 7);
+        CHECK(plan.tag_count == reference.tag_count);
+        CHECK(plan.landing_elems() == reference.landing_elems());
+        REQUIRE(plan.steps.size() == reference.steps.size());
+        for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+          const Step& s = plan.steps[i];
+          const Step& d = reference.steps[i];
+          CHECK(s.tag == d.tag);
+          CHECK(node_of[static_cast<std::size_t>(s.peer)] == d.peer);
+          CHECK(s.send == d.send);
+          CHECK(s.recv == d.recv);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("node_rails refuses unequal nodes, naming them") {
+  CHECK_THROWS_WITH_AS(node_rails({0, 0, 1}, 0, 10, 1), doctest::Contains("node 1 holds 1 ranks but node 0 holds 2"),
+                       Error);
+  CHECK_THROWS_WITH_AS(node_rails({0, 2, 0, 1, 2, 0}, 0, 10, 1),
+                       doctest::Contains("node 1 holds 1 ranks but node 0 holds 3"), Error);
+  CHECK_THROWS_WITH_AS(node_rails({0, 1, 1, 0, 1}, 3, 10, 1), doctest::Contains("same number of ranks on every node"),
+                       Error);
+  // node_leader's node map checks, under node_rails' name.
+  CHECK_THROWS_WITH_AS(node_rails({}, 0, 10, 1), doctest::Contains("node_rails plan: the node map is empty"), Error);
+  CHECK_THROWS_WITH_AS(node_rails({0, -1}, 0, 10, 1), doctest::Contains("rank 1 is on node -1"), Error);
+  CHECK_THROWS_WITH_AS(node_rails({0, 0, 2, 2}, 0, 10, 1), doctest::Contains("node 1 has no rank"), Error);
+  CHECK_THROWS_AS(node_rails({0, 1}, 2, 10, 1), Error);
+  CHECK_THROWS_AS(node_rails({0, 1}, 0, 10, 0), Error);
+  CHECK_THROWS_AS(node_rails({0, 1}, 0, 10, 1, 0), Error);
+  CHECK_THROWS_WITH_AS(make_plan(ReduceAlgorithm::node_rails, 4, 0, 10, 1), doctest::Contains("node map"), Error);
+  CHECK(std::string(algorithm_name(ReduceAlgorithm::node_rails)) == "node_rails");
+}
+
+TEST_CASE("node_rails applies to several nodes of equal size, more than one rank each") {
+  for (const std::vector<int>& node_of : equal_node_maps()) {
+    const RailsShape shape = rails_shape_of(node_of);
+    INFO(describe(node_job(node_of, ReduceAlgorithm::node_rails), 0));
+    CHECK(node_rails_applies(node_of) == (shape.nodes.nodes > 1 && shape.node_size > 1));
+  }
+  CHECK(node_rails_applies({0, 0, 1, 1}));
+  CHECK(node_rails_applies(placed(6, 3, true)));
+  CHECK_FALSE(node_rails_applies({1, 2, 0}));            // one rank per node
+  CHECK_FALSE(node_rails_applies(placed(1, 5, false)));  // one node
+  CHECK_FALSE(node_rails_applies({0, 0, 1}));            // unequal nodes
+  CHECK_FALSE(node_rails_applies({0, 2, 0, 1, 2, 0}));
+  CHECK_FALSE(node_rails_applies({}));                   // invalid maps
+  CHECK_FALSE(node_rails_applies({0, 0, 2, 2}));
+  CHECK_FALSE(node_rails_applies({0, -1, 0, -1}));
+}
+
 TEST_CASE("segments split count unevenly by at most one element, for any count") {
   for (int blocks = 1; blocks <= 32; ++blocks) {
     for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{31},
@@ -955,6 +1137,21 @@ TEST_CASE("chunks hold PCOLL_CHUNK_BYTES, grown so that a notification can numbe
         }
       }
     }
+    // node_rails needs 2 (L-1) + 2 log2(p2) + 2 tags (one more pair for odd L): nodes of 8
+    // fit either width up to 256 nodes, nodes of 32 the 64-bit one up to 1024 nodes.
+    for (const auto& [nodes, node_size] : {std::pair{2, 8}, std::pair{256, 8}, std::pair{1024, 32}, std::pair{3, 5}}) {
+      if (bits == 32 && node_size > 8) continue;
+      if (static_cast<uint32_t>(nodes * node_size) > codec.max_ranks()) continue;
+      const std::vector<int> node_of = placed(nodes, node_size, false);
+      const ReducePlan plan = node_rails(node_of, 0, huge, chunk_elems_for(huge, 4096, 4, codec.max_chunks()));
+      INFO(bits << "-bit node_rails " << nodes << " nodes of " << node_size);
+      CHECK(plan.tag_count <= codec.max_tags());
+      for (const Step& s : plan.steps) {
+        for (const auto& transfer : {s.send, s.recv}) {
+          if (transfer) CHECK(transfer->chunk_count() <= codec.max_chunks());
+        }
+      }
+    }
   }
 }
 
@@ -969,7 +1166,8 @@ TEST_CASE("transfers overlap only when both carry elements in a common range") {
 
 TEST_CASE("a single rank has nothing to exchange") {
   for (const Job& job : {uniform_job(ReduceAlgorithm::recursive_doubling, 1),
-                         uniform_job(ReduceAlgorithm::rabenseifner, 1), node_job({0})}) {
+                         uniform_job(ReduceAlgorithm::rabenseifner, 1), node_job({0}),
+                         node_job({0}, ReduceAlgorithm::node_rails)}) {
     const ReducePlan plan = job.make(0, 1000, 64, kUnboundedPool);
     CHECK(plan.steps.empty());
     CHECK(plan.landing_elems() == 0);

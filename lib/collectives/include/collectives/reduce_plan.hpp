@@ -16,6 +16,9 @@
 //   node_leader         for ranks on several nodes, given a node map (node_of[rank]):
 //                       reduce on each node to its leader, recursive doubling among the N
 //                       leaders, broadcast on each node; only leaders talk across nodes.
+//   node_rails          for large vectors over nodes of equal size L: reduce-scatter on each
+//                       node, an allreduce of each block among the ranks of its local index
+//                       (a rail), allgather on each node; every rank's link carries a block.
 // where p2 is the largest power of two <= ranks. The extra = ranks - p2 ranks fold in
 // first: the even ranks 0, 2, .., 2*extra-2 send their whole vector to rank+1 (pre-step)
 // and sit out; the p2 "core" ranks run the power-of-two algorithm; each partner then sends
@@ -34,6 +37,23 @@
 //                   straight into its children's work buffers.
 // With one node it is the node phases alone; with one rank per node, recursive doubling.
 //
+// node_rails numbers a node's ranks by rank order too (local index i = 0..L-1, every node
+// holding L ranks) and cuts the vector into L blocks (block_offset/block_elems(count, L, j));
+// rank i of a node owns block i:
+//   node reduce-scatter  in one exchange with each local peer j, rank i sends its copy of
+//                        block j into j's slot and reduces j's copy of block i from its own;
+//   rails                the N ranks of local index i (one per node, member n: node n's)
+//                        allreduce block i: Rabenseifner as above restricted to the block,
+//                        fold-in included, or recursive doubling where p2 <= 2;
+//   node allgather       in one exchange with each local peer j, rank i writes its block
+//                        straight into j's work buffer and j its block into i's.
+// The node exchanges run in rounds of a round-robin tournament, each rank meeting at most
+// one peer a round: local indices a != b meet in round (a + b) mod L for odd L; for even
+// L the others meet in round (a + b) mod (L-1), and L-1 meets b in round 2b mod (L-1).
+// Rounds R = L-1 for even L, L for odd L (each rank sits one out), 0 for L = 1. With one
+// rank per node it is the rails alone (Rabenseifner over the nodes); with one node, the
+// node phases alone.
+//
 // Step tags are the same on both ends of an exchange and across ranks:
 //   0                  pre-step (fold-in)
 //   1 .. L             recursive doubling steps, or reduce-scatter steps (L = log2 p2)
@@ -44,6 +64,13 @@
 //   0 .. Ln-1              node reduce level k: tag k
 //   Ln .. Ln+L+1           the leaders' recursive doubling: pre-step, steps, post-step
 //   Ln+L+2 .. 2Ln+L+1      node broadcast level k: tag 2Ln+L+1-k (the top level first)
+// node_rails, with R node rounds and T = 2 log2(p2) + 2 rail tags (log2(p2) + 2 where the
+// rails double, p2 <= 2; p2: the largest power of two <= N):
+//   0 .. R-1               node reduce-scatter round r: tag r
+//   R .. R+T-1             the rail's pre-step, steps and post-step, as above from tag R
+//   R+T .. 2R+T-1          node allgather round r: tag R+T+r
+// so node_rails' tags grow with the node size: 32 (32-bit notifications) hold nodes of 8
+// up to 256 nodes; 128 (64-bit) nodes of 32 up to 2^20 ranks.
 // A rank's plan lists only the steps it takes part in, in execution order. Steps may
 // carry zero elements (count < p2, count == 0): they still need their notification so
 // that the peer's step completes (or the engine skips the whole round when count == 0,
@@ -73,7 +100,7 @@
 
 namespace pcoll {
 
-enum class ReduceAlgorithm { recursive_doubling, rabenseifner, node_leader };
+enum class ReduceAlgorithm { recursive_doubling, rabenseifner, node_leader, node_rails };
 
 const char* algorithm_name(ReduceAlgorithm algorithm);
 
@@ -181,10 +208,12 @@ struct ReducePlan {
   std::vector<Step> steps;  // this rank's steps in execution order
   std::size_t pool_chunks = 0;  // most positions of one slot's ring
   // Landing slots, indexed by Transfer::slot. The layout depends only on (algorithm,
-  // ranks, count, chunk_elems, pool_chunks, and node_leader's node map), not on rank, so
-  // a writer addresses the peer's slot with its own plan's numbers: slot 0 receives the
-  // fold-in, 1..L the recursive doubling or reduce-scatter steps, and node_leader's
-  // L+1..L+Ln the node reduce levels 0..Ln-1.
+  // ranks, count, chunk_elems, pool_chunks, and the node map), not on rank, so a writer
+  // addresses the peer's slot with its own plan's numbers: slot 0 receives the fold-in,
+  // 1..L the recursive doubling or reduce-scatter steps, node_leader's L+1..L+Ln the node
+  // reduce levels 0..Ln-1, and node_rails' L+d (d = 1..node size-1) the node
+  // reduce-scatter from the local index d above the receiver's (mod node size). node_rails
+  // bounds every slot by the largest block, which the rails' steps never exceed.
   std::vector<LandingSlot> landing_slots;
   std::uint32_t tag_count = 0;  // tags used by the algorithm: 0 .. tag_count-1
 
@@ -204,7 +233,16 @@ ReducePlan rabenseifner(int ranks, int rank, std::size_t count, std::size_t chun
 // as above, and when node_of is empty or its node indices are not 0..N-1, every one used.
 ReducePlan node_leader(const std::vector<int>& node_of, int rank, std::size_t count, std::size_t chunk_elems,
                        std::size_t pool_chunks = kUnboundedPool);
-// recursive_doubling or rabenseifner; node_leader needs the node map, so it throws.
+// node_of as for node_leader; every node must hold the same number of ranks (else
+// Error(invalid_argument) naming two nodes that differ).
+ReducePlan node_rails(const std::vector<int>& node_of, int rank, std::size_t count, std::size_t chunk_elems,
+                      std::size_t pool_chunks = kUnboundedPool);
+// True when node_of is a valid node map of more than one node, every node holding the same
+// number of ranks, more than one: where node_rails is more than Rabenseifner or the node
+// phases alone.
+bool node_rails_applies(const std::vector<int>& node_of);
+// recursive_doubling or rabenseifner; node_leader and node_rails need the node map, so
+// they throw.
 ReducePlan make_plan(ReduceAlgorithm algorithm, int ranks, int rank, std::size_t count,
                      std::size_t chunk_elems, std::size_t pool_chunks = kUnboundedPool);
 
