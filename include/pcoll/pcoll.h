@@ -151,7 +151,7 @@ typedef struct {
   const uint64_t *longest_late_run;/* [r]: most consecutive rounds rank r was late */
   const uint64_t *fresh_histogram; /* [k], k = 0..P: rounds in which k ranks were fresh */
   const char *plan;                /* the reduction plan this handle runs: "recursive_doubling",
-                                      "rabenseifner", "direct", "node_leader" (docs/design.md) */
+                                      "rabenseifner", "direct", "node_leader", "node_rails" (docs/design.md) */
   uint64_t bytes_read;             /* bytes this rank read from peers' memory mapped here
                                       (the direct plan); bytes_written counts none of them */
   uint64_t bytes_network;          /* bytes this rank wrote to ranks on other nodes (a node:

@@ -96,7 +96,7 @@ struct allreduce_stats {
   std::uint64_t memory_bytes = 0, registered_bytes = 0;
   std::vector<std::uint64_t> fresh_rounds, late_rounds, longest_late_run;  // [rank]
   std::vector<std::uint64_t> fresh_histogram;                              // [0..P]
-  std::string plan;             // "recursive_doubling", "rabenseifner", "direct", "node_leader"
+  std::string plan;             // "recursive_doubling", "rabenseifner", "direct", "node_leader", "node_rails"
   std::uint64_t bytes_read = 0;  // from peers' memory mapped here (the direct plan)
   std::uint64_t bytes_network = 0, messages_network = 0;  // to ranks on other nodes
 };

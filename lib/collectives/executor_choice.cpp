@@ -35,6 +35,10 @@ ChosenExecutor choose_executor(const ExecutorInputs& in) {
   query.direct_possible = !in.flat_plan && in.ranks > 1 && static_cast<uint32_t>(in.ranks) <= in.max_chunks &&
                           DirectExecutor::kPhases <= in.max_tags && in.peers_mapped;
   query.nodes_possible = !in.flat_plan && spans_shared_nodes(in.node_of, in.ranks);
+  // node_rails' tags grow with the node size (reduce_plan.hpp): where the notifications
+  // cannot number them the row does not apply, and the next rule's plan runs.
+  query.rails_possible = query.nodes_possible && node_rails_applies(in.node_of) &&
+                         node_rails(in.node_of, in.rank, 0, 1, 2).tag_count <= in.max_tags;
   const PlanKind kind = choose_plan(in.plan_rules, query);
   ChosenExecutor chosen;
   chosen.direct = kind == PlanKind::direct;
@@ -45,8 +49,9 @@ ChosenExecutor choose_executor(const ExecutorInputs& in) {
                                         : ReduceAlgorithm::recursive_doubling;
   // The landing pool of one exchange: pool_bytes worth of chunks, at least two.
   const size_t pool_chunks = std::max<size_t>(2, in.pool_bytes / (chunk_elems * in.acc_elem_bytes));
-  ReducePlan plan = kind == PlanKind::node_leader
-                        ? node_leader(in.node_of, in.rank, total_elems, chunk_elems, pool_chunks)
+  ReducePlan plan = kind == PlanKind::node_leader ? node_leader(in.node_of, in.rank, total_elems, chunk_elems, pool_chunks)
+                    : kind == PlanKind::node_rails
+                        ? node_rails(in.node_of, in.rank, total_elems, chunk_elems, pool_chunks)
                         : make_plan(algorithm, in.ranks, in.rank, chosen.direct ? 0 : total_elems, chunk_elems, pool_chunks);
   if (plan.tag_count > in.max_tags)
     fail(Errc::unsupported, "a reduction plan over " + std::to_string(in.ranks) + " ranks needs " +

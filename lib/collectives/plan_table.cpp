@@ -24,6 +24,11 @@ constexpr std::array kRows = {
             "the job spans several nodes, some node holds more than one rank, and PCOLL_PLAN is not flat: "
             "reduce on each node to its lowest rank, recursive doubling among those, broadcast on each node "
             "(only where PCOLL_PLAN_RULES names it)"},
+    PlanRow{PlanKind::node_rails, "node_rails",
+            "the job spans several nodes of the same number of ranks (more than one), the notifications "
+            "number its exchanges, and PCOLL_PLAN is not flat: reduce-scatter on each node, Rabenseifner "
+            "among the ranks of the same local index (a rail), allgather on each node (large vectors; only "
+            "where PCOLL_PLAN_RULES names it)"},
 };
 
 constexpr std::string_view kRulesForm = "name:from-to[,name:from-to...], e.g. recursive_doubling:0-32K,rabenseifner:32K-inf";
@@ -133,6 +138,7 @@ PlanKind choose_plan(std::span<const PlanRule> rules, const PlanQuery& query) {
     if (query.bytes < r.from_bytes || query.bytes >= r.to_bytes) continue;
     if (r.kind == PlanKind::direct && !query.direct_possible) continue;
     if (r.kind == PlanKind::node_leader && !query.nodes_possible) continue;
+    if (r.kind == PlanKind::node_rails && !query.rails_possible) continue;
     return r.kind;
   }
   return PlanKind::recursive_doubling;

@@ -34,7 +34,7 @@ std::string refusal(const std::string& text) {
 }  // namespace
 
 TEST_CASE("every plan is a row with a name and when it applies") {
-  CHECK(plan_rows().size() == 4);
+  CHECK(plan_rows().size() == 5);
   for (const PlanRow& row : plan_rows()) {
     CHECK(std::string(row.name) == plan_row(row.kind).name);
     CHECK(std::string(row.applies).size() > 10);
@@ -67,6 +67,18 @@ TEST_CASE("node_leader runs only where PCOLL_PLAN_RULES names it and the job spa
     CHECK(chosen("node_leader:0-inf", 32768, bytes, false, false) != PlanKind::node_leader);
   }
   CHECK(chosen("node_leader:0-64K", 32768, 65536, false, true) == PlanKind::rabenseifner);
+}
+
+TEST_CASE("node_rails runs only where PCOLL_PLAN_RULES names it and every node holds the same ranks") {
+  const auto rules = effective_plan_rules("node_rails:64K-inf", 32768);
+  PlanQuery query{uint64_t{1} << 20, false, true};
+  CHECK(choose_plan(rules, query) == PlanKind::rabenseifner);  // unequal nodes: the defaults
+  query.rails_possible = true;
+  CHECK(choose_plan(rules, query) == PlanKind::node_rails);
+  query.bytes = 8;
+  CHECK(choose_plan(rules, query) == PlanKind::recursive_doubling);
+  CHECK(choose_plan(effective_plan_rules("", 32768), PlanQuery{uint64_t{1} << 20, false, true, true}) !=
+        PlanKind::node_rails);
 }
 
 TEST_CASE("rules read back as written, and their digest tells different rules apart") {

@@ -53,7 +53,7 @@ inline constexpr auto kCollectivesRows = std::to_array<Setting>({
      .doc = "reduction plans by the bytes a round moves (vector and flag words), tried before the "
             "defaults: name:from-to,... with sizes in bytes, K, M or G, to may be inf (e.g. "
             "recursive_doubling:0-32K,rabenseifner:32K-inf); plans: recursive_doubling, rabenseifner, direct, "
-            "node_leader (jobs over several nodes; only where these rules name it)"},
+            "node_leader and node_rails (jobs over several nodes; only where these rules name them)"},
     {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
      .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
 });

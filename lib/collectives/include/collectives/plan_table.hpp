@@ -14,7 +14,7 @@
 
 namespace pcoll {
 
-enum class PlanKind : uint8_t { recursive_doubling, rabenseifner, direct, node_leader };
+enum class PlanKind : uint8_t { recursive_doubling, rabenseifner, direct, node_leader, node_rails };
 
 struct PlanRow {
   PlanKind kind;
@@ -55,6 +55,8 @@ struct PlanQuery {
                                 // notifications number the direct plan's phases and slices
   bool nodes_possible = false;  // the job spans several nodes, some node holds more than one
                                 // rank, and PCOLL_PLAN is not flat
+  bool rails_possible = false;  // as nodes_possible, every node holding the same number of ranks,
+                                // and the notifications number node_rails' exchanges
 };
 
 // The first of `rules` whose range holds query.bytes and whose row applies; recursive
