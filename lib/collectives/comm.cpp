@@ -407,7 +407,7 @@ void Comm::send_pong(int peer) { transport_->notify(peer, codec_.control(kContro
 
 void Comm::send_failure(int peer, int culprit) {
   const uint32_t detail = culprit >= 0 ? static_cast<uint32_t>(culprit) : codec_.unknown_rank();
-  transport_->notify(peer, codec_.failure(detail, static_cast<uint32_t>(rank_)));
+  send_news(peer, codec_.failure(detail, static_cast<uint32_t>(rank_)));
 }
 
 // A mismatch's notice travels with its message: written into the peer's report slot, with
@@ -419,7 +419,25 @@ void Comm::send_report(int peer, int culprit, const FailureReport& report) {
 }
 
 void Comm::send_failure_ack(int peer) {
-  transport_->notify(peer, codec_.control(kControlFailureAck, static_cast<uint32_t>(rank_)));
+  send_news(peer, codec_.control(kControlFailureAck, static_cast<uint32_t>(rank_)));
+}
+
+// News goes to every peer, some of which may have left already, and a provider may keep
+// its queue to a departed peer full (libfabric's rxm over tcp answers EAGAIN while it
+// cannot connect): with notify() each such peer would cost the transport's timeout, one
+// after another (a rank told of a failure acknowledges, then tells the others). So all of
+// this communicator's news shares one deadline.
+void Comm::send_news(int peer, uint64_t value) {
+  const auto now = Clock::now();
+  if (!news_deadline_)
+    news_deadline_ = now + std::min<Clock::duration>(std::max(std::chrono::milliseconds(1), timeout_ / 2),
+                                                     std::chrono::seconds(2));
+  while (!transport_->try_notify(peer, value)) {
+    if (Clock::now() >= *news_deadline_)
+      fail_peer(Errc::timeout, peer,
+                "failure news to rank " + std::to_string(peer) + " not sent: its transmit queue stayed full");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 void Comm::wake_waiters() {

@@ -210,6 +210,11 @@ void FaultTransport::do_notify(int peer, uint64_t value) {
   if (before_operation(peer, "notify")) inner().notify(peer, value);
 }
 
+// The rules apply as to notify() (a dropped message counts as taken).
+bool FaultTransport::do_try_notify(int peer, uint64_t value) {
+  return !before_operation(peer, "notify") || inner().try_notify(peer, value);
+}
+
 uint64_t FaultTransport::atomic(int peer, const char* operation, const std::function<uint64_t()>& forward) {
   if (before_operation(peer, operation)) return forward();
   // A silent rank's atomic never completes: the provider gives up after its timeout.

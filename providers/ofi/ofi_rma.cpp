@@ -130,6 +130,21 @@ void OfiTransport::do_notify(int peer, uint64_t value) {
   if (rc != 0) fail_post("notify", peer, rc, options_.timeout);
 }
 
+// One post, and one more after reaping completions: rxm (tcp) answers -FI_EAGAIN for as
+// long as it cannot reach a departed peer.
+bool OfiTransport::do_try_notify(int peer, uint64_t value) {
+  std::unique_lock lock(mutex_);
+  if (!peer_failure_[peer].empty()) fail_peer(Errc::peer_failed, peer, peer_failure_[peer]);
+  ssize_t rc = fi_inject(ep_.get(), &value, sizeof value, peers_[peer]);
+  if (rc == -FI_EAGAIN) {
+    progress_locked();
+    rc = fi_inject(ep_.get(), &value, sizeof value, peers_[peer]);
+  }
+  if (rc == -FI_EAGAIN) return false;
+  if (rc != 0) fail_post("notify", peer, rc, options_.timeout);
+  return true;
+}
+
 void OfiTransport::flush() {
   std::lock_guard flush_lock(flush_mutex_);
   const size_t ranks = peers_.size();

@@ -210,6 +210,7 @@ void RoutedTransport::do_write_notify(const LocalRegion& src, size_t src_offset,
 }
 
 void RoutedTransport::do_notify(int peer, uint64_t value) { route(peer).notify(peer, value); }
+bool RoutedTransport::do_try_notify(int peer, uint64_t value) { return route(peer).try_notify(peer, value); }
 
 uint64_t RoutedTransport::do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) {
   const RoutedRemoteRegion& d = remote(dst);

@@ -259,6 +259,44 @@ TEST_CASE("notification values are delivered exactly once and unaltered") {
   barrier();
 }
 
+TEST_CASE("try_notify sends each value it reports taken exactly once, and none it reports not taken") {
+  // Bursts of 500 values to every rank: where a queue fills, try_notify says false and the
+  // value is offered again, so a false that still sent would arrive twice.
+  const size_t per_peer = 1500;
+  const uint64_t mask = notify_mask();
+  auto encode = [&](uint64_t sender, uint64_t seq) { return ((sender << 24) | seq | (0x5A3Cull << 48)) & mask; };
+  size_t refused = 0;
+  for (size_t seq = 0; seq < per_peer; ++seq) {
+    for (int peer = 0; peer < world->size; ++peer) {
+      const uint64_t value = encode(static_cast<uint64_t>(world->rank), seq);
+      while (!tp().try_notify(peer, value)) {
+        ++refused;
+        tp().progress();
+      }
+    }
+  }
+  tp().flush();
+  std::map<uint64_t, int> seen;
+  const size_t expected = per_peer * static_cast<size_t>(world->size);
+  size_t received = 0;
+  while (received < expected) {
+    const auto value = next_notification(20s);
+    if (!value) break;
+    ++seen[*value];
+    ++received;
+  }
+  INFO("try_notify said 'not taken' " << refused << " times");
+  CHECK(received == expected);
+  barrier();
+  CHECK_FALSE(next_notification(200ms).has_value());
+  size_t wrong = 0;
+  for (int sender = 0; sender < world->size; ++sender)
+    for (size_t seq = 0; seq < per_peer; ++seq)
+      if (seen[encode(static_cast<uint64_t>(sender), seq)] != 1) ++wrong;
+  CHECK(wrong == 0);
+  barrier();
+}
+
 // UCX (docs/transport.md): under every selector but ucx:tcp, notifications to a peer whose
 // memory UCX maps here (same host, same IPC namespace) are stores into its mailbox, and to
 // any other peer messages. The expectation is computed independently of the provider's
@@ -477,6 +515,7 @@ TEST_CASE("out-of-bounds and misaligned accesses are refused on the initiator") 
     CHECK(code_of([&] { tp().compare_swap(target, 4, 0, 1); }).first == Errc::invalid_argument);
   }
   CHECK(code_of([&] { tp().notify(world->size, 1); }).first == Errc::invalid_argument);
+  CHECK(code_of([&] { tp().try_notify(-1, 1); }).first == Errc::invalid_argument);
   // In bounds, right at the end: allowed.
   CHECK(code_of([&] { tp().write(*local, 0, target, 100, 28); }).first == Errc::ok);
   if (has_atomics()) CHECK(code_of([&] { tp().fetch_add(target, 120, 0); }).first == Errc::ok);

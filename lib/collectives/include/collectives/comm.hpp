@@ -188,6 +188,11 @@ class Comm final : private PeerNotices {
   void send_report(int peer, int culprit, const FailureReport& report) override;
   void send_failure_ack(int peer) override;
   void wake_waiters() override;
+  // Failure news (notices, acknowledgements) to `peer`, which may be gone: retried while
+  // its transmit queue is full, up to one deadline shared by all news of this
+  // communicator (news_deadline_); after it, one try. Throws Error naming `peer` when the
+  // news was not sent.
+  void send_news(int peer, uint64_t value);
 
   std::unique_ptr<bootstrap::Bootstrap> boot_;
   int rank_ = 0;
@@ -202,6 +207,9 @@ class Comm final : private PeerNotices {
   bool yield_ = false;
   int local_ranks_ = 1;
   std::unique_ptr<FailureDetector> detector_;
+  // Set when the first failure news is sent: the end of the time the news may take in all
+  // (half the timeout, at most 2 s, as linger_after_failure). Engine lock.
+  std::optional<Clock::time_point> news_deadline_;
 
   std::mutex engine_mutex_;
   std::condition_variable engine_moved_;  // the progress thread changed the engine's state

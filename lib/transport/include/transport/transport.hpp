@@ -174,6 +174,15 @@ class Transport {
     check_peer("notify", peer);
     do_notify(peer, value);
   }
+  // notify(), but only if the provider takes `value` now: false when its transmit queue
+  // stays full after one reaping of completions (nothing was sent). For messages that may
+  // go to a departed peer (failure news): a provider that cannot reach one may keep the
+  // queue full, and notify() then waits the transport's timeout for each such peer. Other
+  // errors as notify().
+  bool try_notify(int peer, uint64_t value) {
+    check_peer("try_notify", peer);
+    return do_try_notify(peer, value);
+  }
   // Counts of the paths notify()/write_notify() to `peer` took so far (see
   // NotificationPaths); all zero where the provider has one path only.
   virtual NotificationPaths notification_paths(int /*peer*/) const { return {}; }
@@ -255,6 +264,11 @@ class Transport {
   virtual void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
                                size_t dst_offset, size_t bytes, uint64_t value) = 0;
   virtual void do_notify(int peer, uint64_t value) = 0;
+  // A provider whose notify() never waits for room sends it.
+  virtual bool do_try_notify(int peer, uint64_t value) {
+    do_notify(peer, value);
+    return true;
+  }
   virtual uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) = 0;
   virtual uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
                                    uint64_t desired) = 0;

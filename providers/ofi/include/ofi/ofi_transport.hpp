@@ -193,6 +193,7 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   void do_write_notify(const LocalRegion& src, size_t src_offset, const RemoteRegion& dst,
                        size_t dst_offset, size_t bytes, uint64_t value) override;
   void do_notify(int peer, uint64_t value) override;
+  bool do_try_notify(int peer, uint64_t value) override;
   uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override;
   uint64_t do_compare_swap(const RemoteRegion& dst, size_t offset, uint64_t expected,
                            uint64_t desired) override;

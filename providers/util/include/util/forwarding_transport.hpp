@@ -48,6 +48,7 @@ class ForwardingTransport : public Transport {
     inner_->write_notify(src, src_offset, dst, dst_offset, bytes, value);
   }
   void do_notify(int peer, uint64_t value) override { inner_->notify(peer, value); }
+  bool do_try_notify(int peer, uint64_t value) override { return inner_->try_notify(peer, value); }
   uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override {
     return inner_->fetch_add(dst, offset, operand);
   }
