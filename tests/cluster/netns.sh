@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Several hosts on one machine: 3 hosts of 2 ranks each. A host is a network namespace
+# Several hosts on one machine: 3 hosts of 2 ranks each unless NETNS_HOSTS (2..16) and
+# NETNS_PER_HOST (1..8) say otherwise. A host is a network namespace
 # (joined to the others by a bridge that lives in a fourth namespace; the machine's own
 # network is never touched) plus its own UTS, IPC, mount and PID namespaces: its own host
 # name and a fresh tmpfs on /dev/shm, so shared memory does not reach across hosts, as
@@ -15,10 +16,21 @@
 #            stores into its mailbox and to every other peer messages, then collective_check
 #   nodes    collective_check with the node-aware plan (PCOLL_PLAN_RULES=node_leader:0-inf) on
 #            the default provider: each host a node, the plan checked by name
+#   rails    collective_check's every-mode case with node_rails (PCOLL_PLAN_RULES=
+#            node_rails:0-inf), and its 1 MiB round, which must send no more than the floor
+#            across the network from each host
+#   plans    a benchmark, not in 'all': pcoll_allreduce (NETNS_ALLREDUCE) --json, sync,
+#            1 MiB and 16 MiB, on the default provider with the single-level plans (no rules)
+#            and with node_rails (PCOLL_PLAN_RULES=node_rails:0-inf); rank 0's JSON rows, one
+#            per plan and size, carry plan, p50 and net_bytes_per_round (NETNS_TBF=RATE caps
+#            every host's link with tc tbf, as RATE in tc's units, e.g. 1gbit)
 #   tbf      imbalance_check over ofi:tcp with host 2's link capped by tc tbf (both ways):
-#            the run completes, sums are exact, and solo finishes before sync
+#            the run completes, sums are exact, and solo finishes before sync (3 hosts or more)
+# Ranks go to hosts in blocks (ranks 0..K-1 on host 0) or, with NETNS_PLACEMENT=cyclic, round
+# robin (rank r on host r mod H, as srun --distribution=cyclic places them).
 # Namespaces (and with them every link and tmpfs) are removed on every exit (trap).
-#   usage: netns.sh all|default|tcp|ucx|hosts|nodes|tbf...
+#   usage: [NETNS_HOSTS=H] [NETNS_PER_HOST=K] [NETNS_PLACEMENT=block|cyclic]
+#          netns.sh all|default|tcp|ucx|hosts|nodes|rails|plans|tbf...
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -30,8 +42,13 @@ require_programs PCOLL_TEST_COLLECTIVE_CHECK PCOLL_TEST_IMBALANCE PCOLL_TEST_CON
 parts=("$@")
 [[ ${parts[*]:-all} == all ]] && parts=(default tcp ucx hosts nodes tbf)
 
-hosts=3
-per_host=2
+hosts=${NETNS_HOSTS:-3}
+per_host=${NETNS_PER_HOST:-2}
+placement=${NETNS_PLACEMENT:-block}
+[[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 2 && hosts <= 16)) || die "NETNS_HOSTS='$hosts' is not a number of hosts from 2 to 16"
+[[ $per_host =~ ^[0-9]+$ ]] && ((per_host >= 1 && per_host <= 8)) ||
+  die "NETNS_PER_HOST='$per_host' is not a number of ranks per host from 1 to 8"
+[[ $placement == block || $placement == cyclic ]] || die "NETNS_PLACEMENT='$placement' is neither block nor cyclic"
 size=$((hosts * per_host))
 tag=pc$$
 switch=${tag}sw
@@ -79,11 +96,11 @@ done
 # A host can have its own host name and /dev/shm (unshare needs CAP_SYS_ADMIN).
 ip netns exec "${namespaces[0]}" unshare --uts --ipc --mount --pid --fork --mount-proc true ||
   skip "cannot unshare UTS/IPC/mount/PID namespaces here"
-echo "netns: $hosts hosts of $per_host ranks (own host name, IPC and /dev/shm) on a private bridge, 10.77.0.1-$hosts"
+echo "netns: $hosts hosts of $per_host ranks placed $placement (own host name, IPC and /dev/shm) on a private bridge, 10.77.0.1-$hosts"
 
 job=0
-# run_job LABEL PROVIDER EXPECTED PROGRAM ARGS...: ranks h*per_host .. h*per_host+per_host-1
-# on host h, manual store at rank 0. PROVIDER "" leaves PCOLL_PROVIDER unset (the default);
+# run_job LABEL PROVIDER EXPECTED PROGRAM ARGS...: per_host ranks on each host (block: h*per_host
+# .. h*per_host+per_host-1 on host h; cyclic: h, h+hosts, ...), manual store at rank 0 (host 0). PROVIDER "" leaves PCOLL_PROVIDER unset (the default);
 # EXPECTED, when not "", is the provider collective_check must find the communicator using.
 run_job() {
   local label=$1 provider=$2 expected=$3
@@ -99,7 +116,7 @@ run_job() {
     ip netns exec "${namespaces[h]}" unshare --uts --ipc --mount --pid --fork --mount-proc \
       env PCOLL_SIZE=$size PCOLL_ROOT=10.77.0.1:$port PCOLL_JOB_KEY="$key" PCOLL_TIMEOUT_MS=20000 \
       FI_TCP_IFACE=pcnet FI_SOCKETS_IFACE=pcnet UCX_NET_DEVICES=pcnet \
-      HOST=$h PER_HOST=$per_host PROVIDER="$provider" EXPECTED="$expected" WORK="$work" LABEL="$label" \
+      HOST=$h HOSTS=$hosts PER_HOST=$per_host PLACEMENT=$placement PROVIDER="$provider" EXPECTED="$expected" WORK="$work" LABEL="$label" \
       bash -c '
         hostname "pcoll-host$HOST"
         mount -t tmpfs -o size=512m tmpfs /dev/shm
@@ -107,7 +124,7 @@ run_job() {
         [[ -n $EXPECTED ]] && export PCOLL_TEST_EXPECT_PROVIDER=$EXPECTED
         pids=()
         for ((i = 0; i < PER_HOST; i++)); do
-          r=$((HOST * PER_HOST + i))
+          if [[ $PLACEMENT == cyclic ]]; then r=$((i * HOSTS + HOST)); else r=$((HOST * PER_HOST + i)); fi
           PCOLL_RANK=$r timeout 100 "$@" >"$WORK/$LABEL.rank$r.log" 2>&1 &
           pids+=($!)
         done
@@ -139,6 +156,9 @@ for part in "${parts[@]}"; do
     nodes)
       PCOLL_PLAN_RULES=node_leader:0-inf PCOLL_TEST_EXPECT_PLAN=node_leader \
         run_job nodes "" ofi:shm+tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES,network counters*" ;;
+    rails)
+      PCOLL_PLAN_RULES=node_rails:0-inf PCOLL_TEST_EXPECT_PLAN=node_rails \
+        run_job rails "" ofi:shm+tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="every mode*,network counters*,node_rails*" ;;
     tcp) run_job tcp ofi:tcp ofi:tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ;;
     ucx) run_job ucx ucx:tcp ucx:tcp "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES" ;;
     hosts)
@@ -146,7 +166,20 @@ for part in "${parts[@]}"; do
         -tc='write_notify*,notification values*,ucx notifications*,fetch_add*'
       run_job hosts-collective ucx ucx "$PCOLL_TEST_COLLECTIVE_CHECK" -nc -tc="$CLUSTER_CASES"
       ;;
+    plans)
+      [[ -n ${NETNS_ALLREDUCE:-} ]] || die "part plans needs NETNS_ALLREDUCE (the pcoll_allreduce program)"
+      if [[ -n ${NETNS_TBF:-} ]]; then
+        for ((h = 0; h < hosts; h++)); do
+          ip netns exec "${namespaces[h]}" tc qdisc add dev pcnet root tbf rate "$NETNS_TBF" burst 256kb latency 100ms
+          ip netns exec "$switch" tc qdisc add dev "port$h" root tbf rate "$NETNS_TBF" burst 256kb latency 100ms
+        done
+      fi
+      run_job plans-single-level "" ofi:shm+tcp "$NETNS_ALLREDUCE" --mode sync -b 1M -e 16M -f 16 -n 10 -w 2 --json
+      PCOLL_PLAN_RULES=node_rails:0-inf \
+        run_job plans-node-rails "" ofi:shm+tcp "$NETNS_ALLREDUCE" --mode sync -b 1M -e 16M -f 16 -n 10 -w 2 --json
+      ;;
     tbf)
+      ((hosts >= 3)) || die "part tbf needs 3 hosts or more (NETNS_HOSTS=$hosts)"
       # Host 2's link: 40 Mbit/s out of its namespace and into it (the switch port).
       ip netns exec "${namespaces[2]}" tc qdisc add dev pcnet root tbf rate 40mbit burst 64kb latency 100ms
       ip netns exec "$switch" tc qdisc add dev port2 root tbf rate 40mbit burst 64kb latency 100ms
@@ -154,7 +187,7 @@ for part in "${parts[@]}"; do
       ip netns exec "${namespaces[2]}" tc qdisc del dev pcnet root
       ip netns exec "$switch" tc qdisc del dev port2 root
       ;;
-    *) die "unknown part '$part' (all, default, tcp, ucx, hosts, nodes, tbf)" ;;
+    *) die "unknown part '$part' (all, default, tcp, ucx, hosts, nodes, rails, plans, tbf)" ;;
   esac
 done
 echo "netns: all runs passed"

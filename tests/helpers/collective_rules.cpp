@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include <unistd.h>
@@ -876,7 +877,9 @@ void a_handle_larger_than_the_host_is_refused_before_allocating(const Rank& me) 
 // bytes_network and messages_network count what a rank sent to ranks on other nodes only:
 // none on one host; on several (real, or emulated with PCOLL_TEST_HOST_NAMES, which the
 // library takes for host names) some rank sent some, and no rank more bytes than it wrote.
-void network_counters_count_only_other_nodes(const Rank& me) {
+namespace {
+// This rank's host: its entry of PCOLL_TEST_HOST_NAMES (emulated hosts), else gethostname.
+std::string host_of(const Rank& me) {
   std::string host;
   if (const char* names = std::getenv("PCOLL_TEST_HOST_NAMES"); names != nullptr) {
     const std::string all = names;
@@ -892,6 +895,12 @@ void network_counters_count_only_other_nodes(const Rank& me) {
     REQUIRE(gethostname(name, sizeof name - 1) == 0);
     host = name;
   }
+  return host;
+}
+}  // namespace
+
+void network_counters_count_only_other_nodes(const Rank& me) {
+  const std::string host = host_of(me);
   const bool one_host = all_agree(me, fnv1a(host.data(), host.size()));
   pcoll_allreduce_t* h = nullptr;
   REQUIRE(pcoll_allreduce_create(me.comm, 256, PCOLL_INT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) ==
@@ -915,6 +924,57 @@ void network_counters_count_only_other_nodes(const Rank& me) {
     REQUIRE(pcoll_allreduce_run(me.agree, most, out, nullptr) == PCOLL_SUCCESS);
     CHECK(out[0] > 0);
   }
+}
+
+// Under PCOLL_TEST_EXPECT_PLAN=node_rails (every handle on the node_rails plan), on
+// several hosts: a 1 MiB sync round sends, from each node's ranks together, at most
+// 1.05 x 2n(H - 1)/H + 64 KiB across the network (n the vector's bytes, H the nodes), the
+// floor of an allreduce whose nodes each hold a copy of the result, whatever the placement
+// (a flat plan on cyclic hosts sends about twice that), where H is a power of two. Otherwise
+// Rabenseifner along the rails folds the nodes beyond the largest power of two into their
+// partners, whose whole vector crosses twice: at most 2n a node.
+void node_rails_network_bytes_stay_at_the_floor(const Rank& me) {
+  const char* plan = std::getenv("PCOLL_TEST_EXPECT_PLAN");
+  if (plan == nullptr || std::string(plan) != "node_rails") return;
+  const std::string host = host_of(me);
+  if (all_agree(me, fnv1a(host.data(), host.size()))) return;  // one host: nothing to measure
+  const size_t count = size_t{1} << 18;  // float32: 1 MiB
+  const int rounds = 4;
+  pcoll_allreduce_t* h = nullptr;
+  REQUIRE(pcoll_allreduce_create(me.comm, count, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) ==
+          PCOLL_SUCCESS);
+  std::vector<float> send(count, 1.0f), recv(count);
+  for (int t = 0; t < rounds; ++t) REQUIRE(pcoll_allreduce_run(h, send.data(), recv.data(), nullptr) == PCOLL_SUCCESS);
+  CHECK(recv[count - 1] == static_cast<float>(me.size));
+  pcoll_allreduce_stats_t stats{};
+  stats.size = sizeof stats;
+  REQUIRE(pcoll_allreduce_stats(h, &stats) == PCOLL_SUCCESS);
+  CHECK(std::string(stats.plan) == "node_rails");
+  REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+  // Every rank's bytes and host, gathered by a sum in which each rank fills its own slots.
+  const auto size = static_cast<size_t>(me.size);
+  pcoll_allreduce_t* gather = nullptr;
+  REQUIRE(pcoll_allreduce_create(me.comm, 2 * size, PCOLL_INT64, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &gather) ==
+          PCOLL_SUCCESS);
+  std::vector<int64_t> mine(2 * size, 0), all(2 * size, 0);
+  mine[static_cast<size_t>(me.rank)] = static_cast<int64_t>(stats.bytes_network);
+  mine[size + static_cast<size_t>(me.rank)] = static_cast<int64_t>(fnv1a(host.data(), host.size()) >> 2);
+  REQUIRE(pcoll_allreduce_run(gather, mine.data(), all.data(), nullptr) == PCOLL_SUCCESS);
+  REQUIRE(pcoll_allreduce_destroy(gather) == PCOLL_SUCCESS);
+  std::map<int64_t, int64_t> per_node;
+  for (size_t r = 0; r < size; ++r) per_node[all[size + r]] += all[r];
+  const double nodes = static_cast<double>(per_node.size());
+  const double n = static_cast<double>(count * sizeof(float));
+  const bool power_of_two = (per_node.size() & (per_node.size() - 1)) == 0;
+  const double limit = power_of_two ? 1.05 * 2 * n * (nodes - 1) / nodes + 65536 : 2 * n + 65536;
+  int64_t most = 0;
+  for (const auto& [node, bytes] : per_node) most = std::max(most, bytes);
+  const double per_round = static_cast<double>(most) / rounds;
+  INFO(nodes << " nodes, most bytes a node sent per round " << per_round << ", limit " << limit);
+  CHECK(per_round <= limit);
+  // The counters miss nothing: no node sends much less than the bandwidth-optimal
+  // allreduce's share (its ranks' flags aside).
+  CHECK(per_round >= 0.95 * 2 * n * (nodes - 1) / nodes);
 }
 
 }  // namespace collective_rules

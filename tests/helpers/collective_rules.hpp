@@ -57,5 +57,6 @@ void an_argument_refused_by_a_binding_fails_every_rank(const Rank& rank);
 void enum_names_round_trip_and_unknown_names_are_refused(const Rank& rank);
 void a_handle_larger_than_the_host_is_refused_before_allocating(const Rank& rank);
 void network_counters_count_only_other_nodes(const Rank& rank);
+void node_rails_network_bytes_stay_at_the_floor(const Rank& rank);
 
 }  // namespace collective_rules
