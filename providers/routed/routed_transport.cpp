@@ -90,6 +90,26 @@ RoutedTransport::RoutedTransport(std::unique_ptr<Transport> local, std::unique_p
     caps_.native_atomic_max = l.native_atomic_max && n.native_atomic_max;
     caps_.remote_atomics = l.remote_atomics && n.remote_atomics;
   }
+  set_wait_hook({});
+}
+
+// Each part progresses the other while it waits (Transport::set_wait_hook), and whatever
+// the routed transport itself was asked to call.
+void RoutedTransport::set_wait_hook(std::function<void()> hook) {
+  if (!local_) {
+    network_->set_wait_hook(std::move(hook));
+    return;
+  }
+  Transport* local = local_.get();
+  Transport* network = network_.get();
+  local_->set_wait_hook([network, hook] {
+    network->progress();
+    if (hook) hook();
+  });
+  network_->set_wait_hook([local, hook] {
+    local->progress();
+    if (hook) hook();
+  });
 }
 
 // --- Addressing -----------------------------------------------------------------------------

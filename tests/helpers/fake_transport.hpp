@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <atomic>
+#include <functional>
 #include <vector>
 
 #include <transport/transport.hpp>
@@ -56,7 +58,8 @@ class FakeTransport final : public transport::Transport {
     return std::make_unique<Region>(rank_, name_);
   }
   void flush() override { ++flushes; }
-  void progress() override {}
+  void progress() override { ++progressed; }
+  void set_wait_hook(std::function<void()> hook) override { wait_hook = std::move(hook); }
   size_t poll(std::span<uint64_t> out) override {
     std::lock_guard lock(mutex_);
     size_t n = 0;
@@ -79,6 +82,8 @@ class FakeTransport final : public transport::Transport {
   }
   void wake() override {}
 
+  std::atomic<int> progressed{0};  // progress() calls
+  std::function<void()> wait_hook;  // what set_wait_hook gave
   transport::Capabilities caps;  // change before connect() to model another provider
   std::vector<Bytes> connected;  // the addresses connect() got
   std::vector<int> touched;      // the peer of every operation, in order

@@ -120,6 +120,29 @@ TEST_CASE("notifications of both transports are polled, and a waiter sees a loca
   CHECK(values[0] == 33);
 }
 
+// A post or flush of one part that waits (a full queue) must keep the other part moving:
+// around a ring of ranks whose successors alternate between the host and the network, each
+// part progressing only itself while it waited left every rank waiting on the next
+// (netns.sh, two hosts of two ranks in blocks, under load: the heartbeat's pings to the ring
+// successor found their queues full for 10 s).
+TEST_CASE("while one part waits, it progresses the other, and the hook the routed transport was given") {
+  Job job = make(0, {"a", "a", "b"});
+  REQUIRE(job.shm->wait_hook);
+  REQUIRE(job.net->wait_hook);
+  job.shm->wait_hook();
+  CHECK(job.net->progressed == 1);
+  CHECK(job.shm->progressed == 0);
+  job.net->wait_hook();
+  CHECK(job.shm->progressed == 1);
+  int outer = 0;
+  job.transport->set_wait_hook([&] { ++outer; });
+  job.shm->wait_hook();
+  job.net->wait_hook();
+  CHECK(outer == 2);
+  CHECK(job.net->progressed == 2);
+  CHECK(job.shm->progressed == 2);
+}
+
 TEST_CASE("a rank alone on its host routes every peer through the network") {
   const std::vector<std::string> hosts = {"a", "b", "b"};
   std::vector<Bytes> addresses;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -243,6 +244,14 @@ class Transport {
   virtual bool wait(std::chrono::microseconds timeout, WaitFor what = WaitFor::notification) = 0;
   // Makes a concurrent or the next wait() return promptly (shutdown, new local work).
   virtual void wake() = 0;
+  // While a call of this transport waits for room in a full queue or for completions, it
+  // calls `hook` now and then with none of its own locks held. A transport made of several
+  // (routed: shared memory to some peers, the network to others) has each part progress the
+  // others meanwhile: a part that only progresses itself while it waits leaves the peers of
+  // the other part waiting on this rank, and around a ring of ranks that alternates parts
+  // they all wait for good. Set before connect(). A provider whose calls never wait for
+  // long ignores it.
+  virtual void set_wait_hook(std::function<void()> /*hook*/) {}
   // The job failed before it was set up: the destructor must not wait for or progress
   // towards peers (no best-effort flush). A provider without such a flush ignores it.
   virtual void abandon() {}

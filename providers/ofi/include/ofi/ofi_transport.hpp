@@ -173,6 +173,7 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
 
   // ofi_cq.cpp
   void progress() override;
+  void set_wait_hook(std::function<void()> hook) override { wait_hook_ = std::move(hook); }
   size_t poll(std::span<uint64_t> out) override;
   bool wait(std::chrono::microseconds timeout, WaitFor what) override;
   void wake() override;
@@ -256,6 +257,7 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   uint64_t value_mask_ = ~uint64_t{0};
   size_t max_write_bytes_ = 0;
   bool fd_wait_ = false;
+  std::function<void()> wait_hook_;  // set_wait_hook: called while a post or flush waits
   bool native_swap_ = false;
   // Why there are no remote atomics ("" when there are), for the error the atomics throw.
   std::string atomics_missing_;
@@ -311,8 +313,9 @@ ssize_t OfiTransport::post_with_retry(Post post, std::unique_lock<std::mutex>& l
     if (rc != -FI_EAGAIN) return rc;
     progress_locked();
     if (Clock::now() >= deadline) return rc;
-    if (tries % 64 == 63) {  // let other threads progress too
+    if (tries % 64 == 63) {  // let other threads progress too, and the transports beside this one
       lock.unlock();
+      if (wait_hook_) wait_hook_();
       std::this_thread::yield();
       lock.lock();
     }
@@ -332,6 +335,7 @@ bool OfiTransport::block_until(Done done, Clock::time_point deadline) {
     const auto now = Clock::now();
     if (now >= deadline) return false;
     if (now < spin_until) continue;
+    if (wait_hook_) wait_hook_();
     wait_impl(std::min(deadline, now + std::chrono::milliseconds(1)), WaitKind::operation);
   }
 }

@@ -68,6 +68,7 @@ class RoutedTransport final : public Transport {
   void wake() override;
   void abandon() override;
   void expect_departures() override;
+  void set_wait_hook(std::function<void()> hook) override;
 
  protected:
   void do_connect(int my_rank, std::span<const Bytes> addresses) override;

@@ -31,6 +31,7 @@ class ForwardingTransport : public Transport {
   void wake() override { inner_->wake(); }
   void abandon() override { inner_->abandon(); }
   void expect_departures() override { inner_->expect_departures(); }
+  void set_wait_hook(std::function<void()> hook) override { inner_->set_wait_hook(std::move(hook)); }
 
  protected:
   Transport& inner() const { return *inner_; }
@@ -49,6 +50,7 @@ class ForwardingTransport : public Transport {
   }
   void do_notify(int peer, uint64_t value) override { inner_->notify(peer, value); }
   bool do_try_notify(int peer, uint64_t value) override { return inner_->try_notify(peer, value); }
+
   uint64_t do_fetch_add(const RemoteRegion& dst, size_t offset, uint64_t operand) override {
     return inner_->fetch_add(dst, offset, operand);
   }
