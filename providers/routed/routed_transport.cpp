@@ -93,6 +93,11 @@ RoutedTransport::RoutedTransport(std::unique_ptr<Transport> local, std::unique_p
   set_wait_hook({});
 }
 
+RoutedTransport::~RoutedTransport() {
+  network_->set_wait_hook({});
+  if (local_) local_->set_wait_hook({});
+}
+
 // Each part progresses the other while it waits (Transport::set_wait_hook), and whatever
 // the routed transport itself was asked to call.
 void RoutedTransport::set_wait_hook(std::function<void()> hook) {

@@ -214,6 +214,23 @@ TEST_CASE("write_notify delivers its value only after every byte is visible") {
   }
 }
 
+// Receives `expected` notifications (waiting up to 20 s for each), then checks after a
+// barrier that nothing more arrives (no duplicates); how often each value came.
+std::map<uint64_t, int> receive_all(size_t expected) {
+  std::map<uint64_t, int> seen;
+  size_t received = 0;
+  while (received < expected) {
+    const auto value = next_notification(20s);
+    if (!value) break;
+    ++seen[*value];
+    ++received;
+  }
+  CHECK(received == expected);
+  barrier();
+  CHECK_FALSE(next_notification(200ms).has_value());
+  return seen;
+}
+
 TEST_CASE("notification values are delivered exactly once and unaltered") {
   // Every rank sends `per_peer` values to every rank (itself included), half with notify()
   // and half with 0-byte write_notify(); values carry (sender, kind, sequence) plus
@@ -237,19 +254,8 @@ TEST_CASE("notification values are delivered exactly once and unaltered") {
   }
   tp().flush();
 
-  std::map<uint64_t, int> seen;
   const size_t expected = per_peer * static_cast<size_t>(world->size);
-  size_t received = 0;
-  while (received < expected) {
-    const auto value = next_notification(20s);
-    if (!value) break;
-    ++seen[*value];
-    ++received;
-  }
-  CHECK(received == expected);
-  barrier();
-  // Nothing extra arrives afterwards (no duplicates).
-  CHECK_FALSE(next_notification(200ms).has_value());
+  std::map<uint64_t, int> seen = receive_all(expected);
   size_t wrong = 0;
   for (int sender = 0; sender < world->size; ++sender)
     for (size_t seq = 0; seq < per_peer; ++seq)
@@ -276,19 +282,8 @@ TEST_CASE("try_notify sends each value it reports taken exactly once, and none i
     }
   }
   tp().flush();
-  std::map<uint64_t, int> seen;
-  const size_t expected = per_peer * static_cast<size_t>(world->size);
-  size_t received = 0;
-  while (received < expected) {
-    const auto value = next_notification(20s);
-    if (!value) break;
-    ++seen[*value];
-    ++received;
-  }
   INFO("try_notify said 'not taken' " << refused << " times");
-  CHECK(received == expected);
-  barrier();
-  CHECK_FALSE(next_notification(200ms).has_value());
+  std::map<uint64_t, int> seen = receive_all(per_peer * static_cast<size_t>(world->size));
   size_t wrong = 0;
   for (int sender = 0; sender < world->size; ++sender)
     for (size_t seq = 0; seq < per_peer; ++seq)

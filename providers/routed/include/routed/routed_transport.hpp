@@ -52,6 +52,9 @@ class RoutedTransport final : public Transport {
                   const std::string& name);
 
   const Capabilities& capabilities() const override { return caps_; }
+  // Unhooks the halves from each other first: neither may progress the other once one is gone.
+  ~RoutedTransport() override;
+
   Bytes address() const override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
