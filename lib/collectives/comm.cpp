@@ -32,6 +32,13 @@ unsigned notification_bits(const std::string& wanted, const transport::Capabilit
   return bits;
 }
 
+// How long a failed rank spends on its failure news in all (sending it, lingering for the
+// acknowledgements): half the liveness timeout (the transport's), never over 2 s.
+std::chrono::steady_clock::duration news_bound(std::chrono::milliseconds timeout) {
+  return std::min<std::chrono::steady_clock::duration>(std::max(std::chrono::milliseconds(1), timeout / 2),
+                                                       std::chrono::seconds(2));
+}
+
 }  // namespace
 
 // What setup learns on the way, from one step to the next.
@@ -428,10 +435,7 @@ void Comm::send_failure_ack(int peer) {
 // after another (a rank told of a failure acknowledges, then tells the others). So all of
 // this communicator's news shares one deadline.
 void Comm::send_news(int peer, uint64_t value) {
-  const auto now = Clock::now();
-  if (!news_deadline_)
-    news_deadline_ = now + std::min<Clock::duration>(std::max(std::chrono::milliseconds(1), timeout_ / 2),
-                                                     std::chrono::seconds(2));
+  if (!news_deadline_) news_deadline_ = Clock::now() + news_bound(timeout_);
   while (!transport_->try_notify(peer, value)) {
     if (Clock::now() >= *news_deadline_)
       fail_peer(Errc::timeout, peer,
@@ -466,9 +470,7 @@ void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
 // progresses until every peer but the culprit acknowledged or sent a notice of its own
 // (it knows), for at most half the timeout (the transport's) and never over 2 s.
 void Comm::linger_after_failure() {
-  const auto bound = std::min<Clock::duration>(std::max(std::chrono::milliseconds(1), timeout_ / 2),
-                                               std::chrono::seconds(2));
-  const auto until = Clock::now() + bound;
+  const auto until = Clock::now() + news_bound(timeout_);
   std::array<uint64_t, 64> values{};
   for (;;) {
     {

@@ -120,27 +120,25 @@ void OfiTransport::post_write_chunk(const OfiLocalRegion& src, size_t src_offset
   if (bucket.outstanding++ == 0) bucket.moved = Clock::now();
 }
 
-void OfiTransport::do_notify(int peer, uint64_t value) {
-  std::unique_lock lock(mutex_);
-  if (!peer_failure_[peer].empty()) fail_peer(Errc::peer_failed, peer, peer_failure_[peer]);
-  // An 8-byte inject into one of the target's posted receives (see ofi_transport.hpp).
-  const ssize_t rc = post_with_retry(
-      [&] { return fi_inject(ep_.get(), &value, sizeof value, peers_[peer]); }, lock,
-      Clock::now() + options_.timeout);
-  if (rc != 0) fail_post("notify", peer, rc, options_.timeout);
-}
+void OfiTransport::do_notify(int peer, uint64_t value) { post_notify(peer, value, true); }
 
-// One post, and one more after reaping completions: rxm (tcp) answers -FI_EAGAIN for as
-// long as it cannot reach a departed peer.
-bool OfiTransport::do_try_notify(int peer, uint64_t value) {
+bool OfiTransport::do_try_notify(int peer, uint64_t value) { return post_notify(peer, value, false); }
+
+// An 8-byte inject into one of the target's posted receives (see ofi_transport.hpp).
+// Waiting for room, it is retried for the transport's timeout; otherwise posted once more
+// after reaping completions (rxm over tcp answers -FI_EAGAIN for as long as it cannot reach
+// a departed peer), and false when the queue is still full.
+bool OfiTransport::post_notify(int peer, uint64_t value, bool wait_for_room) {
   std::unique_lock lock(mutex_);
   if (!peer_failure_[peer].empty()) fail_peer(Errc::peer_failed, peer, peer_failure_[peer]);
-  ssize_t rc = fi_inject(ep_.get(), &value, sizeof value, peers_[peer]);
-  if (rc == -FI_EAGAIN) {
+  const auto inject = [&] { return fi_inject(ep_.get(), &value, sizeof value, peers_[peer]); };
+  ssize_t rc = 0;
+  if (wait_for_room) {
+    rc = post_with_retry(inject, lock, Clock::now() + options_.timeout);
+  } else if (rc = inject(); rc == -FI_EAGAIN) {
     progress_locked();
-    rc = fi_inject(ep_.get(), &value, sizeof value, peers_[peer]);
+    if (rc = inject(); rc == -FI_EAGAIN) return false;
   }
-  if (rc == -FI_EAGAIN) return false;
   if (rc != 0) fail_post("notify", peer, rc, options_.timeout);
   return true;
 }

@@ -7,13 +7,13 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <atomic>
-#include <functional>
 #include <vector>
 
 #include <transport/transport.hpp>

@@ -266,8 +266,8 @@ TEST_CASE("notification values are delivered exactly once and unaltered") {
 }
 
 TEST_CASE("try_notify sends each value it reports taken exactly once, and none it reports not taken") {
-  // Bursts of 500 values to every rank: where a queue fills, try_notify says false and the
-  // value is offered again, so a false that still sent would arrive twice.
+  // 1500 values to every rank, back to back: where a queue fills, try_notify says false and
+  // the value is offered again, so a false that still sent would arrive twice.
   const size_t per_peer = 1500;
   const uint64_t mask = notify_mask();
   auto encode = [&](uint64_t sender, uint64_t seq) { return ((sender << 24) | seq | (0x5A3Cull << 48)) & mask; };

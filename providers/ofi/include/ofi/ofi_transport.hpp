@@ -239,6 +239,8 @@ class OfiTransport final : public Transport, private WaitLoop::Hooks {
   // WaitLoop::Hooks (mutex_ held): a progress pass, and fi_trywait() before sleeping on the CQ fd.
   unsigned progress_pass() override { return static_cast<unsigned>(progress_locked()); }
   bool arm() override;
+  // notify() and try_notify() (ofi_rma.cpp): false only when not waiting and the queue is full.
+  bool post_notify(int peer, uint64_t value, bool wait_for_room);
   // Retries a post that returned -FI_EAGAIN, progressing between tries (mutex_ held).
   template <class Post>
   ssize_t post_with_retry(Post post, std::unique_lock<std::mutex>& lock,
