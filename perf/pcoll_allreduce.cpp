@@ -10,7 +10,10 @@
 // algbw = bytes / avg time; busbw = algbw * 2(P-1)/P, the bytes each rank's links carry in
 // a bandwidth-optimal allreduce, comparable across P. Each row names the reduction plan the
 // handle ran (pcoll_allreduce_stats: recursive_doubling, rabenseifner, direct); JSON rows
-// also carry memcpy_GBps, one core's memcpy of that size out of cache in the same run.
+// also carry memcpy_GBps, one core's memcpy of that size out of cache in the same run,
+// mem_bytes_per_round, what the busiest rank read plus wrote in memory per round
+// (pcoll_allreduce_stats' memory_traffic_bytes), and mem_floor_bytes, the least a round
+// over that vector needs on one node, so a row says how close it runs to what memory allows.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -189,7 +192,18 @@ struct Stats {
   // Per round (warm-up and flush included), the largest over nodes of what a node's ranks
   // sent to other nodes (bytes_network, messages_network); negative: not measured (mpi).
   double net_bytes_per_round = -1, net_messages_per_round = -1;
+  // Per round (warm-up included, the flush not), the largest over ranks of what a rank read
+  // plus wrote in memory (memory_traffic_bytes); negative: not measured (mpi).
+  double mem_bytes_per_round = -1;
 };
+
+// The least a rank of P on one node reads plus writes in a round over n bytes when the
+// reduction reads the application's buffers where they lie: its slice of every contribution
+// (n), its reduced slice written (n / P), the other reduced slices read and written into its
+// result (2 n (P - 1) / P). docs/performance.md, "Memory traffic".
+double memory_floor(size_t n, int P) {
+  return P > 1 ? static_cast<double>(n) * (3.0 * P - 1) / P : 0.0;
+}
 
 // A JSON number with one decimal, or null where negative (not measured).
 std::string json_number(double v) {
@@ -338,7 +352,14 @@ class Bench {
         previous_fresh = fresh;
       }
     }
+    std::vector<double> traffic(1, 0.0);
     if (handle != nullptr) {
+      // The timed rounds' memory traffic, before the flush adds its own.
+      pcoll_allreduce_stats_t before{};
+      before.size = sizeof before;
+      perf::check(pcoll_allreduce_stats(handle, &before), "pcoll_allreduce_stats");
+      if (before.rounds > 0)
+        traffic[0] = static_cast<double>(before.memory_traffic_bytes) / static_cast<double>(before.rounds);
       // Drains the carry of the last round. Its result is the last late inputs alone.
       perf::check(pcoll_allreduce_flush(handle, recv_.data(), nullptr), "pcoll_allreduce_flush");
       if (o_.check) {
@@ -356,6 +377,7 @@ class Bench {
     }
     // Every rank's counters and host, then per node the sum, and the largest node.
     job_.sum_over_ranks(network);
+    job_.max_over_ranks(traffic);
 
     // Per round, the slowest rank's time; then the summary of those.
     job_.max_over_ranks(times_us);
@@ -380,6 +402,7 @@ class Bench {
         node.first += network[static_cast<size_t>(3 * r)];
         node.second += network[static_cast<size_t>(3 * r + 1)];
       }
+      s.mem_bytes_per_round = traffic[0];
       s.net_bytes_per_round = s.net_messages_per_round = 0;
       for (const auto& [host, node] : per_node) {
         s.net_bytes_per_round = std::max(s.net_bytes_per_round, node.first / static_cast<double>(rounds + 1));
@@ -469,13 +492,15 @@ int main(int argc, char** argv) {
                       "\"bytes\":%zu,\"count\":%zu,\"dtype\":\"%s\",\"op\":\"%s\",\"iters\":%llu,\"warmup\":%llu,"
                       "\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,"
                       "\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,\"memcpy_GBps\":%.3f,\"wrong\":%s,\"plan\":\"%s\","
-                      "\"net_bytes_per_round\":%s,\"net_messages_per_round\":%s}\n",
+                      "\"net_bytes_per_round\":%s,\"net_messages_per_round\":%s,\"mem_bytes_per_round\":%s,"
+                      "\"mem_floor_bytes\":%.1f}\n",
                       mode.name().c_str(), P, job.provider().c_str(), job.launcher().c_str(), bytes, count,
                       dtype_name(options.dtype), op_name(options.op), static_cast<unsigned long long>(options.iters),
                       static_cast<unsigned long long>(options.warmup), s.avg_us, s.min_us, s.max_us, s.p50_us,
                       s.p99_us, algbw, busbw, memcpy_gbps,
                       options.check ? std::to_string(s.wrong).c_str() : "null", s.plan.c_str(),
-                      json_number(s.net_bytes_per_round).c_str(), json_number(s.net_messages_per_round).c_str());
+                      json_number(s.net_bytes_per_round).c_str(), json_number(s.net_messages_per_round).c_str(),
+                      json_number(s.mem_bytes_per_round).c_str(), memory_floor(bytes, P));
         } else {
           std::printf("%12zu %10zu %9s %6s %9s %10.2f %10.2f %10.2f %10.2f %10.2f %12.4f %12.4f %7s  %s\n", bytes,
                       count, dtype_name(options.dtype), op_name(options.op), mode.name().c_str(), s.avg_us, s.min_us,

@@ -157,6 +157,10 @@ typedef struct {
   uint64_t bytes_network;          /* bytes this rank wrote to ranks on other nodes (a node:
                                       the ranks of one host name and boot id) */
   uint64_t messages_network;       /* writes, notices and atomics it sent to those ranks */
+  uint64_t memory_traffic_bytes;   /* bytes this rank's rounds read plus wrote in memory: the
+                                      join, the plan's writes (read here, written at the peer),
+                                      reductions and copies, and the hand-over of results
+                                      (docs/design.md, "Memory traffic of a round") */
 } pcoll_allreduce_stats_t;
 
 /* Local, not collective; does not wait for anything but the engine lock. */

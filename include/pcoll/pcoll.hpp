@@ -99,6 +99,7 @@ struct allreduce_stats {
   std::string plan;             // "recursive_doubling", "rabenseifner", "direct", "node_leader", "node_rails"
   std::uint64_t bytes_read = 0;  // from peers' memory mapped here (the direct plan)
   std::uint64_t bytes_network = 0, messages_network = 0;  // to ranks on other nodes
+  std::uint64_t memory_traffic_bytes = 0;  // read plus written in memory by this rank's rounds
 };
 
 namespace detail {
@@ -107,7 +108,7 @@ inline allreduce_stats copy_stats(const pcoll_allreduce_stats_t& c) {
   allreduce_stats s{c.rounds, c.flushes, c.flushes_carried, c.rounds_initiated,
                     c.rounds_while_computing, c.blocked_ns, c.bytes_written,
                     c.memory_bytes, c.registered_bytes, {}, {}, {}, {}, c.plan ? c.plan : "", c.bytes_read,
-                    c.bytes_network, c.messages_network};
+                    c.bytes_network, c.messages_network, c.memory_traffic_bytes};
   s.fresh_rounds.assign(c.fresh_rounds, c.fresh_rounds + n);
   s.late_rounds.assign(c.late_rounds, c.late_rounds + n);
   s.longest_late_run.assign(c.longest_late_run, c.longest_late_run + n);

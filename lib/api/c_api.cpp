@@ -350,6 +350,7 @@ int pcoll_allreduce_stats(const pcoll_allreduce_t* h, pcoll_allreduce_stats_t* s
     all.bytes_read = kept.bytes_read;
     all.bytes_network = kept.bytes_network;
     all.messages_network = kept.messages_network;
+    all.memory_traffic_bytes = kept.memory_traffic_bytes;
     // A caller built against an older, shorter struct gets the fields it knows.
     all.size = std::min(stats->size, sizeof all);
     std::memcpy(stats, &all, all.size);

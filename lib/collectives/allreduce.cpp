@@ -393,6 +393,7 @@ void Allreduce::write_chunk(const Step& step, const Chunk& chunk, uint64_t round
   const size_t bytes = memory_->acc_bytes(chunk.count);
   transport_.write_notify(memory_->region(), memory_->acc_bytes(chunk.offset), *peers_[static_cast<size_t>(step.peer)],
                           target, bytes, codec_.data(id_, step.tag, chunk.index, round));
+  memory_->count_traffic(2 * bytes);  // read here, written there
   observe([&](RoundObserver& o) { o.wrote(bytes); });
   sent(step.peer, bytes);
 }
@@ -401,6 +402,7 @@ void Allreduce::reduce_chunk(const Step& step, const Chunk& chunk, uint64_t roun
   reduce_vector(spec_.dtype, spec_.op, memory_->flags(), spec_.count, memory_->work() + memory_->acc_bytes(chunk.offset),
                 memory_->landing() + memory_->acc_bytes(step.recv->landing_offset(round, chunk.index)), chunk.offset,
                 chunk.count);
+  memory_->count_traffic(3 * memory_->acc_bytes(chunk.count));  // two read, one written
   if (final) final_elements(chunk.offset, chunk.count, round);
 }
 
@@ -435,12 +437,14 @@ void Allreduce::sent(int peer, uint64_t bytes) {
 void Allreduce::reduce_from_peer(int peer, size_t offset, size_t count, uint64_t /*round*/) {
   reduce_vector(spec_.dtype, spec_.op, memory_->flags(), spec_.count, memory_->work() + memory_->acc_bytes(offset),
                 peer_work(peer) + memory_->acc_bytes(offset), offset, count);
+  memory_->count_traffic(3 * memory_->acc_bytes(count));
   observe([&](RoundObserver& o) { o.read(memory_->acc_bytes(count)); });
 }
 
 void Allreduce::copy_from_peer(int peer, size_t offset, size_t count, uint64_t /*round*/) {
   copy_bytes(memory_->work() + memory_->acc_bytes(offset), peer_work(peer) + memory_->acc_bytes(offset),
              memory_->acc_bytes(count));
+  memory_->count_traffic(2 * memory_->acc_bytes(count));
   observe([&](RoundObserver& o) { o.read(memory_->acc_bytes(count)); });
 }
 
@@ -462,6 +466,7 @@ void Allreduce::stats(AllreduceStats& out) const {
   out = stats_.stats();
   out.memory_bytes = memory_->memory_bytes();
   out.registered_bytes = memory_->registered_bytes();
+  out.memory_traffic_bytes = memory_->traffic_bytes();
 }
 
 }  // namespace pcoll

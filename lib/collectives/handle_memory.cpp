@@ -67,13 +67,20 @@ void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, b
   std::byte* acc = work();
   const size_t count = spec_.count;
   if (sendbuf != nullptr) {
-    if (carry_in_work_) reduce_user_into(spec_.dtype, carry_op(spec_.op), acc, sendbuf, count);
-    else to_accumulator(spec_.dtype, sendbuf, acc, count);
+    if (carry_in_work_) {
+      reduce_user_into(spec_.dtype, carry_op(spec_.op), acc, sendbuf, count);
+      traffic_ += folded_into_acc(count);
+    } else {
+      to_accumulator(spec_.dtype, sendbuf, acc, count);
+      traffic_ += into_acc(count);
+    }
   } else if (!carry_in_work_) {
     fill_identity(spec_.dtype, spec_.op, acc, count);
+    traffic_ += acc_bytes(count);
   }
   if (!spill_.empty()) {
     reduce_into(spec_.dtype, spec_.op, acc, spill_.data(), count);
+    traffic_ += 3 * acc_bytes(count);
     std::vector<std::byte>().swap(spill_);
   }
   carry_in_work_ = false;
@@ -82,6 +89,7 @@ void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, b
   // A flush names itself in the flush words: a round some ranks flush and others run is a
   // mismatch (Allreduce::fill_info).
   flags_.write(acc + acc_bytes(count), rank_, fresh, initiated, flush);
+  traffic_ += acc_bytes(flags_.words());
 }
 
 void HandleMemory::deliver_early(void* recvbuf, const void* pending_late, size_t first, size_t elems) {
@@ -92,6 +100,7 @@ void HandleMemory::deliver_early(void* recvbuf, const void* pending_late, size_t
   const size_t n = std::min(elems, spec_.count - first);
   from_accumulator(spec_.dtype, spec_.op, ranks_, work() + acc_bytes(first),
                    static_cast<std::byte*>(recvbuf) + user_elem_bytes_ * first, n);
+  traffic_ += out_of_acc(n);
   early_delivered_ += n;
 }
 
@@ -101,11 +110,14 @@ void HandleMemory::hand_over_result(void* recvbuf, const void* late_sendbuf) {
   auto* out = static_cast<std::byte*>(recvbuf);
   const auto* in = static_cast<const std::byte*>(late_sendbuf);
   if (late_sendbuf != nullptr && count > 0) settler_.settle_writes_from_work();  // the carry overwrites it
+  const bool convert = out != nullptr && early_delivered_ != count;
   if (late_sendbuf == nullptr || count == 0) {
-    if (out != nullptr && early_delivered_ != count) from_accumulator(spec_.dtype, spec_.op, ranks_, work(), out, count);
+    if (convert) from_accumulator(spec_.dtype, spec_.op, ranks_, work(), out, count);
+    traffic_ += convert ? out_of_acc(count) : 0;
   } else if (!overlap(in, out, user_elem_bytes_ * count)) {
-    if (out != nullptr && early_delivered_ != count) from_accumulator(spec_.dtype, spec_.op, ranks_, work(), out, count);
+    if (convert) from_accumulator(spec_.dtype, spec_.op, ranks_, work(), out, count);
     to_accumulator(spec_.dtype, late_sendbuf, work(), count);
+    traffic_ += (convert ? out_of_acc(count) : 0) + into_acc(count);
   } else {
     const size_t piece = scratch_.size() / acc_elem_bytes_;
     for (size_t first = 0; first < count; first += piece) {
@@ -113,6 +125,7 @@ void HandleMemory::hand_over_result(void* recvbuf, const void* late_sendbuf) {
       to_accumulator(spec_.dtype, in + user_elem_bytes_ * first, scratch_.data(), n);
       from_accumulator(spec_.dtype, spec_.op, ranks_, work() + acc_bytes(first), out + user_elem_bytes_ * first, n);
       copy_bytes(work() + acc_bytes(first), scratch_.data(), acc_bytes(n));
+      traffic_ += into_acc(n) + out_of_acc(n) + 2 * acc_bytes(n);
     }
   }
   carry_in_work_ = late_sendbuf != nullptr && count > 0;
@@ -123,6 +136,7 @@ void HandleMemory::move_result_out(uint64_t round) {
   Completed& slot = completed(round);
   slot.result.resize(user_elem_bytes_ * spec_.count);
   from_accumulator(spec_.dtype, spec_.op, ranks_, work(), slot.result.data(), spec_.count);
+  traffic_ += out_of_acc(spec_.count);
   carry_in_work_ = false;
   holds_ = Holds::carry;
 }
@@ -132,7 +146,10 @@ void HandleMemory::hand_over_moved(uint64_t round, void* recvbuf, const void* la
   if (moved.result.size() != user_elem_bytes_ * spec_.count)
     fail(Errc::internal, "result of round " + std::to_string(round) + " is neither buffered nor in the work buffer");
   add_to_carry(late_sendbuf);  // first: recvbuf may be the sendbuf
-  if (recvbuf != nullptr && !moved.result.empty()) copy_bytes(recvbuf, moved.result.data(), moved.result.size());
+  if (recvbuf != nullptr && !moved.result.empty()) {
+    copy_bytes(recvbuf, moved.result.data(), moved.result.size());
+    traffic_ += 2 * moved.result.size();
+  }
   std::vector<std::byte>().swap(moved.result);
 }
 
@@ -143,14 +160,17 @@ void HandleMemory::add_to_carry(const void* sendbuf) {
     settler_.settle_writes_from_work();
     if (carry_in_work_) reduce_user_into(spec_.dtype, carry_op(spec_.op), work(), sendbuf, count);
     else to_accumulator(spec_.dtype, sendbuf, work(), count);
+    traffic_ += carry_in_work_ ? folded_into_acc(count) : into_acc(count);
     carry_in_work_ = true;
     return;
   }
   if (spill_.empty()) {
     spill_.resize(acc_bytes(count));
     to_accumulator(spec_.dtype, sendbuf, spill_.data(), count);
+    traffic_ += into_acc(count);
   } else {
     reduce_user_into(spec_.dtype, carry_op(spec_.op), spill_.data(), sendbuf, count);
+    traffic_ += folded_into_acc(count);
   }
 }
 

@@ -166,6 +166,7 @@ py::dict Allreduce::stats() const {
   out["bytes_read"] = raw.bytes_read;
   out["bytes_network"] = raw.bytes_network;
   out["messages_network"] = raw.messages_network;
+  out["memory_traffic_bytes"] = raw.memory_traffic_bytes;
   return out;
 }
 

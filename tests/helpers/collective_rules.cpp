@@ -977,4 +977,49 @@ void node_rails_network_bytes_stay_at_the_floor(const Rank& me) {
   CHECK(per_round >= 0.95 * 2 * n * (nodes - 1) / nodes);
 }
 
+// memory_traffic_bytes counts every pass over memory a round makes: the same each sync
+// round, never below the least an allreduce needs on one node, n (3P - 1) / P (n the
+// vector's bytes; docs/performance.md, "Memory traffic"), and for the two plans whose passes
+// are fixed, what the plan does: the join (read n, write n), the flag words written, and the
+// result handed over (read n, write n), plus
+// - direct: the rank's slice reduced from each of P - 1 peers (two slices read, one written)
+//   and every other slice copied (read and written);
+// - recursive doubling (P a power of two): at each of log2 P steps the whole vector written
+//   to the partner (read here, written there) and reduced from the landing (read twice,
+//   written once).
+void memory_traffic_counts_every_pass(const Rank& me) {
+  const double P = me.size;
+  for (const size_t count : {size_t{64}, size_t{1} << 16}) {
+    pcoll_allreduce_t* h = nullptr;
+    REQUIRE(pcoll_allreduce_create(me.comm, count, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) ==
+            PCOLL_SUCCESS);
+    std::vector<float> send(count, 1.0f), recv(count);
+    pcoll_allreduce_stats_t first{}, second{};
+    first.size = second.size = sizeof first;
+    const int rounds = 3;
+    for (int t = 0; t < rounds; ++t) REQUIRE(pcoll_allreduce_run(h, send.data(), recv.data(), nullptr) == PCOLL_SUCCESS);
+    REQUIRE(pcoll_allreduce_stats(h, &first) == PCOLL_SUCCESS);
+    const std::string plan = first.plan;
+    for (int t = 0; t < rounds; ++t) REQUIRE(pcoll_allreduce_run(h, send.data(), recv.data(), nullptr) == PCOLL_SUCCESS);
+    REQUIRE(pcoll_allreduce_stats(h, &second) == PCOLL_SUCCESS);
+    REQUIRE(pcoll_allreduce_destroy(h) == PCOLL_SUCCESS);
+    CHECK(recv[count - 1] == static_cast<float>(me.size));
+    const double per_round = static_cast<double>(first.memory_traffic_bytes) / rounds;
+    const double n = static_cast<double>(count * sizeof(float));
+    const double flags = 4.0 * (std::ceil(P / 32) + 4);  // the flag words (design.md), float32
+    const double total = n + flags;                      // what the plans move
+    INFO("count " << count << ", plan " << plan << ", traffic per round " << per_round);
+    CHECK(first.memory_traffic_bytes > 0);
+    CHECK(second.memory_traffic_bytes == 2 * first.memory_traffic_bytes);
+    if (me.size > 1) CHECK(per_round >= n * (3 * P - 1) / P);
+    const double own = 4 * n + flags;  // join, flag words, hand-over
+    if (plan == "direct") {
+      const double expected = own + 3 * (P - 1) * total / P + 2 * (P - 1) * total / P;
+      CHECK(std::fabs(per_round - expected) <= 5 * 4 * P);  // slices differ by an element at most
+    } else if (plan == "recursive_doubling" && (me.size & (me.size - 1)) == 0) {
+      CHECK(per_round == own + 5 * total * std::log2(P));
+    }
+  }
+}
+
 }  // namespace collective_rules

@@ -58,5 +58,6 @@ void enum_names_round_trip_and_unknown_names_are_refused(const Rank& rank);
 void a_handle_larger_than_the_host_is_refused_before_allocating(const Rank& rank);
 void network_counters_count_only_other_nodes(const Rank& rank);
 void node_rails_network_bytes_stay_at_the_floor(const Rank& rank);
+void memory_traffic_counts_every_pass(const Rank& rank);
 
 }  // namespace collective_rules

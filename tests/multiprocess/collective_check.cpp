@@ -59,6 +59,7 @@ TEST_CASE("enum names round-trip through the C API and unknown names are refused
 TEST_CASE("a handle larger than the host is refused before allocating, on every rank") { collective_rules::a_handle_larger_than_the_host_is_refused_before_allocating(g_me); }
 TEST_CASE("network counters count only what went to other nodes") { collective_rules::network_counters_count_only_other_nodes(g_me); }
 TEST_CASE("node_rails: each node sends the floor across the network") { collective_rules::node_rails_network_bytes_stay_at_the_floor(g_me); }
+TEST_CASE("memory traffic counts every pass a round makes") { collective_rules::memory_traffic_counts_every_pass(g_me); }
 
 int main(int argc, char** argv) {
   if (pcoll_init(&g_me.comm) != PCOLL_SUCCESS) {

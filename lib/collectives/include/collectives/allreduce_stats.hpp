@@ -22,6 +22,7 @@ struct AllreduceStats {
   uint64_t messages_network = 0;   // messages, notices and atomics sent to ranks on other nodes
   uint64_t memory_bytes = 0;       // filled when the stats are read (HandleMemory)
   uint64_t registered_bytes = 0;
+  uint64_t memory_traffic_bytes = 0;  // filled when the stats are read (HandleMemory::traffic_bytes)
   std::vector<uint64_t> fresh_rounds;      // [rank], flush rounds excluded
   std::vector<uint64_t> late_rounds;       // [rank], flush rounds excluded
   std::vector<uint64_t> longest_late_run;  // [rank]

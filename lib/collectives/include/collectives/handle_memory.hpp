@@ -106,6 +106,12 @@ class HandleMemory {
   uint64_t memory_bytes() const;
   uint64_t registered_bytes() const { return region_ ? region_->bytes().size() : 0; }
 
+  // Memory traffic (docs/design.md, "Memory traffic of a round"): bytes this rank's rounds
+  // read plus wrote, counted where the handle and its plan touch memory: the join, carry and
+  // hand-over here, the plan's writes, reductions and copies through count_traffic.
+  void count_traffic(uint64_t bytes) { traffic_ += bytes; }
+  uint64_t traffic_bytes() const { return traffic_; }
+
  private:
   const HandleSpec& spec_;
   int rank_;
@@ -125,6 +131,12 @@ class HandleMemory {
   size_t early_delivered_ = 0;      // elements already in the posted recvbuf this round
   std::vector<Completed> ring_;
   std::vector<bool> late_by_round_;
+  uint64_t traffic_ = 0;
+  // Traffic of converting n elements into the accumulation type (read user, write acc), out of
+  // it (read acc, write user), and of folding n user elements into n accumulated ones.
+  uint64_t into_acc(size_t n) const { return n * (user_elem_bytes_ + acc_elem_bytes_); }
+  uint64_t out_of_acc(size_t n) const { return into_acc(n); }
+  uint64_t folded_into_acc(size_t n) const { return n * (user_elem_bytes_ + 2 * acc_elem_bytes_); }
 };
 
 }  // namespace pcoll
