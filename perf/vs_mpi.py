@@ -93,21 +93,20 @@ def main():
             mpi = statistics.median(r["p50_us"] for r in modes["mpi"])
 
             def speed(rows):
-                # floor bytes per us over half the memory's copy rate (GB/s = bytes per ns)
+                # the row's floor bytes per ns over what memory allows (GB/s = bytes per ns)
                 values = []
                 for r in rows:
-                    floor = size * (3 * p - 1) / p
                     allowed = 2 * r["memcpy_GBps"] * min(1.0, cores / p)
                     if r["p50_us"] > 0 and allowed > 0:
-                        values.append(floor / (r["p50_us"] * 1e3) / allowed)
+                        values.append(r["mem_floor_bytes"] / (r["p50_us"] * 1e3) / allowed)
                 return statistics.median(values) if values else float("nan")
 
-            excess = modes["sync"][0].get("mem_bytes_per_round")
+            traffic = modes["sync"][0].get("mem_bytes_per_round")
             floor = modes["sync"][0].get("mem_floor_bytes") or 0
             launches = " ".join(f"{r:.2f}" for r in ratios)
             print(f"{p:>3} {size:>10} {modes['sync'][0]['plan']:>18} {pcoll:>10.2f} {mpi:>10.2f} "
                   f"{statistics.median(ratios):>5.2f}x  {launches:<36} {speed(modes['sync']):.2f}, "
-                  f"{speed(modes['mpi']):.2f}  {excess / floor if excess and floor else float('nan'):.2f}")
+                  f"{speed(modes['mpi']):.2f}  {traffic / floor if traffic and floor else float('nan'):.2f}")
     if out:
         out.close()
 

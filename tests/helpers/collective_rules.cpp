@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
+#include <utility>
 
 #include <unistd.h>
 #include <string>
@@ -42,6 +44,20 @@ bool all_agree(const Rank& me, uint64_t value) {
   int64_t recv[2] = {0, 0};
   REQUIRE(pcoll_allreduce_run(me.agree, send, recv, nullptr) == PCOLL_SUCCESS);
   return recv[0] == v && -recv[1] == v;
+}
+
+// Over the ranks that pass a time, the earliest and the latest of them (collective; ranks
+// without one pass nullopt). steady_clock is the host's CLOCK_MONOTONIC, one clock for every
+// process and namespace here, so the ranks' times compare.
+std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point> time_span(
+    const Rank& me, std::optional<std::chrono::steady_clock::time_point> mine) {
+  using std::chrono::nanoseconds;
+  const int64_t ns = mine ? std::chrono::duration_cast<nanoseconds>(mine->time_since_epoch()).count() : 0;
+  int64_t send[2] = {mine ? -ns : INT64_MIN, mine ? ns : INT64_MIN};
+  int64_t recv[2] = {0, 0};
+  REQUIRE(pcoll_allreduce_run(me.agree, send, recv, nullptr) == PCOLL_SUCCESS);
+  return {std::chrono::steady_clock::time_point(nanoseconds(-recv[0])),
+          std::chrono::steady_clock::time_point(nanoseconds(recv[1]))};
 }
 
 uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
@@ -587,14 +603,8 @@ void quorum_rounds_start_once_k_ranks_arrived(const Rank& me) {
       }
       const auto end = std::chrono::steady_clock::now();
       const auto waited = end - begin;
-      // The last napper's start (steady_clock is the host's CLOCK_MONOTONIC, one clock for
-      // every process and namespace here): its data cannot be in before it plus the nap.
-      using std::chrono::nanoseconds;
-      const int64_t begin_ns = std::chrono::duration_cast<nanoseconds>(begin.time_since_epoch()).count();
-      int64_t mine[2] = {on_time ? 0 : begin_ns, 0};
-      int64_t napper[2] = {0, 0};
-      REQUIRE(pcoll_allreduce_run(me.agree, mine, napper, nullptr) == PCOLL_SUCCESS);
-      const auto since_napper = end - std::chrono::steady_clock::time_point(nanoseconds(napper[0]));
+      // The last napper's start: its data cannot be in before it plus the nap.
+      const auto since_napper = end - time_span(me, on_time ? std::nullopt : std::optional(begin)).second;
       CAPTURE(k); CAPTURE(t);
       CAPTURE(std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
       if (!flush) {
@@ -645,14 +655,8 @@ void quorum_grace_starts_the_round_without_the_quorum(const Rank& me) {
     }
     const auto end = std::chrono::steady_clock::now();
     const auto waited = end - begin;
-    // The earliest rank's start (steady_clock is the host's CLOCK_MONOTONIC, one clock for
-    // every process and namespace here): no rank arrived before it, so no grace began earlier.
-    using std::chrono::nanoseconds;
-    const int64_t begin_ns = std::chrono::duration_cast<nanoseconds>(begin.time_since_epoch()).count();
-    int64_t send_begin[2] = {-begin_ns, 0};
-    int64_t first[2] = {0, 0};
-    REQUIRE(pcoll_allreduce_run(me.agree, send_begin, first, nullptr) == PCOLL_SUCCESS);
-    const auto since_first = end - std::chrono::steady_clock::time_point(nanoseconds(-first[0]));
+    // The earliest rank's start: no rank arrived before it, so no grace began earlier.
+    const auto since_first = end - time_span(me, begin).first;
     CAPTURE(t);
     CAPTURE(std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
     CAPTURE(std::chrono::duration_cast<std::chrono::microseconds>(since_first).count());
