@@ -1,4 +1,4 @@
-"""The settings catalog (every component's rows, lib/api/include/api/settings_catalog.hpp, read from
+"""The settings catalog (every component's rows, api/include/api/settings_catalog.hpp, read from
 `pcoll_info --config --json`)
 against what is written elsewhere:
 
@@ -111,7 +111,7 @@ def main():
     known = table.keys() | api_identifiers(root) | TYPO_EXAMPLES
     for name, where in sorted(names_in_tree(root).items()):
         if name not in known:
-            errors.append(f"{where}: {name} is not in the settings catalog (lib/api/include/api/settings_catalog.hpp)")
+            errors.append(f"{where}: {name} is not in the settings catalog (api/include/api/settings_catalog.hpp)")
 
     for e in errors:
         print("readme_settings:", e)

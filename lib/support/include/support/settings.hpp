@@ -10,7 +10,7 @@
 // A name the component's rows lack, or a reader of the wrong type, does not compile, so a
 // call site names the setting's owner and a default is written nowhere else. A component may
 // read the rows of a layer below it (the collectives read support's PCOLL_TIMEOUT_MS), never
-// above. The catalog of every component's rows is assembled at the top (lib/api,
+// above. The catalog of every component's rows is assembled at the top (api/,
 // api/settings_catalog.hpp): `pcoll_info --config` prints it, pcollrun checks it before it
 // starts ranks, and communicator setup warns about PCOLL_* names it does not know.
 #pragma once
