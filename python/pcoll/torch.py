@@ -51,7 +51,7 @@ def _dtype_name(dtype, what):
 #     nothing overshoots, which slows a network that was not near the edge.
 #   none: nothing; the wrapped optimizer sees the round's average as it is.
 #   auto: opposed.
-STALENESS = ("auto", "none", "opposed", "momentum")
+STALENESS = ("auto", "none", "opposed", "momentum", "curvature")
 _STALENESS_AUTO = "opposed"
 _OPPOSED_GAIN = 2.0  # the stale share at which an opposed coordinate loses all its momentum: 1/2
 
@@ -137,17 +137,115 @@ def _lower_opposed_momentum(optimizer, share, scratch=None):
             grad = p.grad
             if buffer is None or grad is None or grad.is_sparse or not grad.is_contiguous():
                 continue
-            room = scratch.get(grad.dtype)
-            if room is None:
-                room = scratch[grad.dtype] = torch.empty(_CHUNK, dtype=grad.dtype)
-            g, b = grad.view(-1), buffer.view(-1)
-            for start in range(0, g.numel(), _CHUNK):
-                gs, bs = g[start:start + _CHUNK], b[start:start + _CHUNK]
-                opposed = room[:gs.numel()]
-                torch.mul(gs, bs, out=opposed)
-                opposed.lt_(0)  # 1 where the gradient opposes the momentum, else 0
-                gs.addcmul_(bs, opposed, value=-alpha)
+            _lower_opposed(grad.view(-1), buffer.view(-1), alpha, scratch)
 
+
+def _lower_opposed(g, b, alpha, scratch):
+    """g -= alpha b where g b < 0, in chunks through a scratch buffer kept in `scratch`."""
+    room = scratch.get(g.dtype)
+    if room is None:
+        room = scratch[g.dtype] = torch.empty(_CHUNK, dtype=g.dtype)
+    for start in range(0, g.numel(), _CHUNK):
+        gs, bs = g[start:start + _CHUNK], b[start:start + _CHUNK]
+        opposed = room[:gs.numel()]
+        torch.mul(gs, bs, out=opposed)
+        opposed.lt_(0)  # 1 where the gradient opposes the momentum, else 0
+        gs.addcmul_(bs, opposed, value=-alpha)
+
+
+_CURVATURE_SAMPLE = 4096  # coordinates per parameter tensor the curvature rule measures
+_CURVATURE_MEMORY = 0.9   # decay of its running sums: about ten steps
+_CURVATURE_MARGIN = 4.0   # the gate opens fully at a quarter of the way to the unstable edge
+
+
+def _segment_sums(products, ends):
+    """Sums of consecutive segments of a float64 vector (segment i ends before ends[i]), the
+    same on every rank whatever the thread count or summation order: the products are
+    scaled by one power of two (from the largest magnitude, an exact reduction) and
+    truncated to int64, whose running sum is exact; a segment's sum is the difference of two
+    running sums. Products below 2^-42 or so of the largest count as 0."""
+    products = torch.nan_to_num(products, nan=0.0, posinf=0.0, neginf=0.0)
+    largest = float(products.abs().max()) if products.numel() else 0.0
+    if largest == 0.0:
+        return torch.zeros(len(ends), dtype=torch.float64)
+    # |scaled| < 2^(62 - log2(n + 1)): the running sum never overflows int64.
+    exponent = 62 - math.ceil(math.log2(products.numel() + 1)) - math.frexp(largest)[1]
+    running = torch.ldexp(products, torch.tensor(float(exponent), dtype=torch.float64)).to(torch.int64).cumsum(0)
+    at_ends = running[ends - 1]
+    sums = at_ends - torch.cat([torch.zeros(1, dtype=torch.int64), at_ends[:-1]])
+    return torch.ldexp(sums.to(torch.float64), torch.tensor(float(-exponent), dtype=torch.float64))
+
+
+class _Curvature:
+    """Each parameter tensor's curvature along its recent steps, from the rounds' averaged
+    gradients: a secant estimate on a fixed sample of the tensor's coordinates.
+
+    With a share s of round t's gradient taken at w_{t-1}, r_t - r_{t-1} is about
+    H ((1 - s) d_t + s d_{t-1}) (d_t = w_t - w_{t-1}) plus minibatch noise. The noise of
+    r_t and r_{t-1} is independent of d_{t-1} (SGD built w_{t-1} before either), so
+    <r_t - r_{t-1}, d_{t-1}> / <(1 - s) d_t + s d_{t-1}, d_{t-1}>, each a running sum,
+    estimates the curvature h along the direction the tensor has been moving in: without
+    the noise's bias, and dominated by a direction that grows, the one to damp. Every
+    tensor's sample lives in one vector, so a step costs a few passes over it."""
+
+    def __init__(self, params):
+        self.params = params
+        self.strides = [max(1, p.numel() // _CURVATURE_SAMPLE) for p in params]
+        sizes = [-(-p.numel() // stride) for p, stride in zip(params, self.strides)]
+        self.ends = torch.cumsum(torch.tensor(sizes), 0)   # where each tensor's sample ends
+        self.w = self.d = self.r = None
+        self.num = torch.zeros(len(params), dtype=torch.float64)
+        self.den = torch.zeros(len(params), dtype=torch.float64)
+
+    def _sample(self, tensors):
+        return torch.cat([t.detach().reshape(-1)[::stride] for t, stride in zip(tensors, self.strides)]).to(torch.float64)
+
+    def update(self, share, grads=None):
+        """Takes this step's parameters and averaged gradients (the parameters' .grad unless
+        given); returns each tensor's h (0 while there is not enough history, or where the
+        sums give no positive one)."""
+        grads = [p.grad for p in self.params] if grads is None else grads
+        w, r = self._sample(self.params), self._sample(grads)
+        d = w - self.w if self.w is not None else None
+        if d is not None and self.d is not None:
+            self.num.mul_(_CURVATURE_MEMORY).add_(_segment_sums((r - self.r) * self.d, self.ends))
+            self.den.mul_(_CURVATURE_MEMORY).add_(_segment_sums((d * (1.0 - share) + self.d * share) * self.d, self.ends))
+        self.w, self.d, self.r = w, d, r
+        h = self.num / self.den
+        return torch.where((self.num > 0) & (self.den > 0) & torch.isfinite(h), h, torch.zeros_like(h))
+
+
+def _curvature_gate(mu, lr, share, h):
+    """How much of the opposed rule a tensor of curvature h gets: a stale share s adds
+    about lr s h to its momentum, which stays stable while that is below 1 - mu
+    (docs/python.md, "Staleness"); the gate is that ratio, at most 1."""
+    return min(1.0, _CURVATURE_MARGIN * lr * share * h / (1.0 - mu)) if h > 0.0 and mu < 1.0 else 0.0
+
+
+def _lower_momentum_by_curvature(optimizer, share, curvature, scratch):
+    """Before optimizer.step(): the opposed rule (_lower_opposed_momentum), in each tensor
+    only as far as its measured curvature (_Curvature) brings it near the edge where the
+    stale share makes it unstable (_curvature_gate); tensors that move where the loss is
+    flat keep their momentum. The curvature is updated every step, stale or not, so that
+    it is known when a stale round comes."""
+    h = curvature.update(share).tolist()
+    if share <= 0:
+        return
+    index = {id(p): i for i, p in enumerate(curvature.params)}
+    k = min(1.0, _OPPOSED_GAIN * share)
+    for group in optimizer.param_groups:
+        mu = group.get("momentum", 0.0)
+        dampening = group.get("dampening", 0.0)
+        lr = group.get("lr", 0.0)
+        if not mu or dampening >= 1.0:
+            continue
+        for p in group["params"]:
+            i = index.get(id(p))
+            buffer = optimizer.state.get(p, {}).get("momentum_buffer")
+            gate = _curvature_gate(mu, lr, share, h[i]) if i is not None else 0.0
+            if buffer is None or gate <= 0.0 or not p.grad.is_contiguous():
+                continue
+            _lower_opposed(p.grad.view(-1), buffer.view(-1), mu * k * gate / (1.0 - dampening), scratch)
 
 def _unique(tensors):
     seen, out = set(), []
@@ -222,6 +320,7 @@ class DistributedOptimizer:
         # Nothing is ever stale in sync mode, nor with late="drop" (late gradients are gone).
         self._stale = _StaleShare(comm.size) if mode != "sync" and late != "drop" else None
         self._scratch = {}
+        self._curvature = _Curvature(params) if self.staleness == "curvature" else None
         self.last_info = None
         self.last_stale_share = 0.0
         self.steps = 0
@@ -285,6 +384,9 @@ class DistributedOptimizer:
             return info
         if self.staleness == "opposed" and share > 0:
             _lower_opposed_momentum(self.optimizer, share, self._scratch)
+        if self.staleness == "curvature" and self._stale is not None:
+            with torch.no_grad():
+                _lower_momentum_by_curvature(self.optimizer, share, self._curvature, self._scratch)
         self.optimizer.step()
         return info
 
@@ -428,8 +530,9 @@ class _HookMomentum:
     not hold (another optimizer, a changed learning rate, the first steps) nothing is
     corrected that step."""
 
-    def __init__(self, slots, numel, dtype):
+    def __init__(self, slots, numel, dtype, rule):
         self.slots = slots
+        self.curvature = _Curvature([p for p, _, _ in slots]) if rule == "curvature" else None
         self.previous = torch.empty(numel, dtype=dtype)   # the parameters at the last step
         self.have_previous = False
         stride = max(1, numel // _SAMPLE)
@@ -448,7 +551,7 @@ class _HookMomentum:
         return torch.cat(parts).to(torch.float64).numpy() if parts else np.zeros(0)
 
     def _fit(self, step):
-        """mu / lr from d_t = mu d_{t-1} - lr g_{t-1} - lr wd w_{t-1}, or None."""
+        """(mu, lr) from d_t = mu d_{t-1} - lr g_{t-1} - lr wd w_{t-1}, or None."""
         if self.step is None or len(step) < 8:
             return None
         columns = (self.step, -self.grad, -self.w)
@@ -464,38 +567,49 @@ class _HookMomentum:
         residual = step - (mu * self.step - lr * self.grad - lr_wd * self.w)
         if _exact_dot(residual, residual) > 1e-6 * scale:
             return None  # not SGD with momentum, or its learning rate changed
-        return mu / lr
+        return mu, lr
 
-    def correct(self, buffer, share, opposed_only):
-        """Adds k (mu / lr) d_t to the bucket's averaged gradient (in `buffer`), where it
-        opposes the momentum when `opposed_only`. Returns whether the optimizer's momentum
-        could be read this step (whether a stale round is corrected)."""
+    def correct(self, buffer, share, rule):
+        """Applies `rule` to the bucket's averaged gradient (in `buffer`): "opposed" adds
+        k (mu / lr) d_t where the gradient opposes the momentum, "momentum" everywhere, and
+        "curvature" adds (k_T / lr) d_t to each tensor T, k_T = min(mu, lr s h_T) from its
+        measured curvature. Returns whether the optimizer's momentum could be read this
+        step (whether a stale round is corrected)."""
         params = [p.detach() for p, _, _ in self.slots]
+        grads = [buffer[offset:offset + n] for _, offset, n in self.slots]
+        h = self.curvature.update(share, grads).tolist() if self.curvature is not None else None
         w = self._sample(params)
         step = w - self.w if self.w is not None else None
-        ratio = self._fit(step) if step is not None else None
-        k = min(1.0, _OPPOSED_GAIN * share) if opposed_only else share
-        corrected = ratio is not None and k > 0
-        for p, (_, offset, n) in zip(params, self.slots):
+        fit = self._fit(step) if step is not None else None
+        if fit is None or share <= 0:
+            alphas = [0.0] * len(self.slots)
+        elif rule == "curvature":
+            mu, lr = fit
+            k = min(1.0, _OPPOSED_GAIN * share)
+            alphas = [k * _curvature_gate(mu, lr, share, h_t) * mu / lr for h_t in h]
+        else:
+            mu, lr = fit
+            alphas = [(min(1.0, _OPPOSED_GAIN * share) if rule == "opposed" else share) * mu / lr] * len(self.slots)
+        for p, (_, offset, n), alpha in zip(params, self.slots, alphas):
             previous = self.previous[offset:offset + n]
-            if corrected:
+            if alpha > 0:
                 g, now = buffer[offset:offset + n], p.reshape(-1)
                 for start in range(0, n, _CHUNK):
                     gs, ws, ps = g[start:start + _CHUNK], now[start:start + _CHUNK], previous[start:start + _CHUNK]
                     delta = ps.neg_().add_(ws)          # d_t, in the place of w_{t-1}
-                    if opposed_only:
+                    if rule in ("opposed", "curvature"):
                         mask = self.scratch[:gs.numel()]
                         torch.mul(gs, delta, out=mask)
                         mask.gt_(0)                     # g . d > 0: g opposes v = -d / lr
-                        gs.addcmul_(delta, mask, value=k * ratio)
+                        gs.addcmul_(delta, mask, value=alpha)
                     else:
-                        gs.add_(delta, alpha=k * ratio)
+                        gs.add_(delta, alpha=alpha)
             previous.copy_(p.reshape(-1))
         self.have_previous = True
-        self.ratio = ratio
+        self.ratio = fit[0] / fit[1] if fit is not None else None
         self.w, self.step = w, step
-        self.grad = self._sample([buffer[offset:offset + n] for _, offset, n in self.slots])
-        return ratio is not None
+        self.grad = self._sample(grads)
+        return fit is not None
 
 
 class _Bucket:
@@ -506,7 +620,7 @@ class _Bucket:
         self.key = key        # (numel, dtype, parameter ids): what makes the handle reusable
         self.slots = slots    # [(parameter, offset, numel)] in the bucket's flat buffer
         self.stale = _StaleShare(size) if size is not None else None
-        self.momentum = _HookMomentum(slots, numel, dtype) if size is not None and rule != "none" else None
+        self.momentum = _HookMomentum(slots, numel, dtype, rule) if size is not None and rule != "none" else None
 
 
 class PartialAllreduceHook:
@@ -591,7 +705,7 @@ class PartialAllreduceHook:
         self.last_stale_share[index] = share
         if current.momentum is not None:
             with torch.no_grad():
-                self.momentum_known[index] = current.momentum.correct(buffer, share, self.staleness == "opposed")
+                self.momentum_known[index] = current.momentum.correct(buffer, share, self.staleness)
         if self._carried:
             for p, offset, n in current.slots:
                 entry = self._carried.pop(id(p), None)

@@ -1,6 +1,7 @@
 """pcoll.torch: identical replicas, the distributed optimizer, torch.distributed's rendezvous,
 the DDP hook, and a short training run that must learn."""
 
+import math
 import os
 import random
 import time
@@ -14,7 +15,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pcoll
 from pcoll.torch import DistributedOptimizer, PartialAllreduceHook, broadcast_parameters, init_process_group
-from pcoll.torch import _HookMomentum, _StaleShare, _lower_opposed_momentum
+from pcoll.torch import _Curvature, _HookMomentum, _StaleShare, _lower_opposed_momentum, _segment_sums
+from pcoll.torch import _CURVATURE_MARGIN, _lower_momentum_by_curvature
 from conftest import digest, same_everywhere
 
 torch.set_num_threads(1)
@@ -179,7 +181,75 @@ def test_opposed_coordinates_lose_momentum_by_the_stale_share(share, dampening):
     assert torch.allclose(sgd.state[p]["momentum_buffer"], expected, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("staleness", ["auto", "opposed", "momentum", "none"])
+def test_segment_sums_are_the_same_in_any_order_and_thread_count():
+    torch.manual_seed(11)
+    values = torch.randn(20000, dtype=torch.float64) * torch.logspace(-3, 3, 20000, dtype=torch.float64)
+    ends = torch.tensor([1, 4000, 4001, 12000, 20000])
+    sums = _segment_sums(values, ends)
+    starts = [0] + ends[:-1].tolist()
+    exact = [math.fsum(values[a:b].tolist()) for a, b in zip(starts, ends.tolist())]
+    assert torch.allclose(sums, torch.tensor(exact, dtype=torch.float64), rtol=1e-9, atol=1e-9)
+    shuffled = values.clone()
+    for a, b in zip(starts, ends.tolist()):
+        shuffled[a:b] = values[a:b][torch.randperm(b - a)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert torch.equal(_segment_sums(shuffled, ends), sums)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(_segment_sums(torch.zeros(5, dtype=torch.float64), torch.tensor([2, 5])),
+                       torch.zeros(2, dtype=torch.float64))
+
+
+def test_curvature_is_measured_along_the_steps_with_a_stale_share():
+    # Two tensors on quadratics of curvature 3 and 0.01, a share s of each round's gradient
+    # taken at the weights before (exactly as a partial round mixes them): the secant
+    # estimate gives each tensor's curvature back.
+    torch.manual_seed(12)
+    steep = torch.randn(5000, dtype=torch.float64)
+    flat = torch.randn(300, dtype=torch.float64)
+    curvature = _Curvature([steep, flat])
+    h = torch.tensor([3.0, 0.01], dtype=torch.float64)
+    share, lr, mu = 0.75, 0.02, 0.9
+    previous = [steep.clone(), flat.clone()]
+    velocity = [torch.zeros_like(steep), torch.zeros_like(flat)]
+    for _ in range(40):
+        grads = [(1 - share) * h[i] * w + share * h[i] * previous[i] for i, w in enumerate((steep, flat))]
+        measured = curvature.update(share, grads)
+        for i, w in enumerate((steep, flat)):
+            previous[i] = w.clone()
+            velocity[i] = mu * velocity[i] + grads[i]
+            w -= lr * velocity[i]
+    assert torch.allclose(measured, h, rtol=0.05)
+
+
+def test_curvature_rule_spares_a_flat_tensor_and_cuts_a_steep_ones_opposed_momentum():
+    steep = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    flat = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    sgd = torch.optim.SGD([steep, flat], lr=0.1, momentum=0.9)
+    curvature = _Curvature([steep, flat])
+    curvature.update(0.5, [torch.zeros(4, dtype=torch.float64)] * 2)
+    curvature.num[:] = torch.tensor([10.0, 1e-4], dtype=torch.float64)   # h = 10 and 1e-4
+    curvature.den[:] = 1.0
+    buffer = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    grad = torch.tensor([-0.5, -0.5, 0.5, 0.5], dtype=torch.float64)
+    for p in (steep, flat):
+        sgd.state[p]["momentum_buffer"] = buffer.clone()
+        p.grad = grad.clone()
+    with torch.no_grad():
+        _lower_momentum_by_curvature(sgd, 0.5, curvature, {})
+    sgd.step()
+    # The first update sees no step yet, so the sums stay: with opposed's k = min(1, 2 x 0.5),
+    # steep's gate is min(1, m x 0.1 x 0.5 x 10 / 0.1) = 1, flat's m x 0.1 x 0.5 x 1e-4 / 0.1.
+    opposed = torch.tensor([True, False, False, True])
+    cut = torch.where(opposed, 0.0 * buffer, 0.9 * buffer) + grad
+    assert torch.allclose(sgd.state[steep]["momentum_buffer"], cut, rtol=1e-12, atol=1e-12)
+    spared = torch.where(opposed, 0.9 * (1 - _CURVATURE_MARGIN * 5e-5) * buffer, 0.9 * buffer) + grad
+    assert torch.allclose(sgd.state[flat]["momentum_buffer"], spared, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("staleness", ["auto", "opposed", "momentum", "curvature", "none"])
 def test_staleness_rules_under_delays(comm, staleness):
     model = mlp(7)
     broadcast_parameters(model, comm)
@@ -206,8 +276,8 @@ def test_staleness_rules_under_delays(comm, staleness):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("weight_decay, opposed_only", [(0.0, True), (5e-4, True), (5e-4, False)])
-def test_hook_reads_the_momentum_off_the_parameters_and_lowers_it(weight_decay, opposed_only):
+@pytest.mark.parametrize("weight_decay, rule", [(0.0, "opposed"), (5e-4, "opposed"), (5e-4, "momentum")])
+def test_hook_reads_the_momentum_off_the_parameters_and_lowers_it(weight_decay, rule):
     # A bucket of two parameters under real SGD: the hook's correction must make the
     # optimizer's momentum buffer follow mu (1 - k) v + g + wd w where it corrects, as the
     # optimizer's own rule does, from the parameters alone.
@@ -219,8 +289,9 @@ def test_hook_reads_the_momentum_off_the_parameters_and_lowers_it(weight_decay, 
     params = [a, c, b]
     sgd = torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=weight_decay)
     slots = [(a, 0, 3000), (c, 3000, 2), (b, 3002, 3700)]
-    momentum = _HookMomentum(slots, 6702, torch.float64)
+    momentum = _HookMomentum(slots, 6702, torch.float64, rule)
     share, mu = 0.3, 0.9
+    opposed_only = rule == "opposed"
     k = min(1.0, 2 * share) if opposed_only else share
     corrected = []
     for step in range(8):
@@ -229,7 +300,7 @@ def test_hook_reads_the_momentum_off_the_parameters_and_lowers_it(weight_decay, 
         before = [sgd.state[p]["momentum_buffer"].clone() for p in params] if step else None
         weights = torch.cat([p.detach().clone() for p in params])
         with torch.no_grad():
-            corrected.append(momentum.correct(buffer, share, opposed_only))
+            corrected.append(momentum.correct(buffer, share, rule))
         a.grad, c.grad, b.grad = buffer[:3000].clone(), buffer[3000:3002].clone(), buffer[3002:].clone()
         sgd.step()
         if corrected[-1]:
@@ -246,12 +317,12 @@ def test_hook_leaves_an_optimizer_it_cannot_read_alone():
     torch.manual_seed(4)
     a = torch.randn(2000, dtype=torch.float64, requires_grad=True)
     adam = torch.optim.Adam([a], lr=0.01)
-    momentum = _HookMomentum([(a, 0, 2000)], 2000, torch.float64)
+    momentum = _HookMomentum([(a, 0, 2000)], 2000, torch.float64, "opposed")
     for _ in range(6):
         buffer = torch.randn(2000, dtype=torch.float64)
         raw = buffer.clone()
         with torch.no_grad():
-            assert not momentum.correct(buffer, 0.5, True)
+            assert not momentum.correct(buffer, 0.5, "opposed")
         assert torch.equal(buffer, raw)
         a.grad = buffer
         adam.step()
