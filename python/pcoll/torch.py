@@ -49,6 +49,8 @@ def _dtype_name(dtype, what):
 #   momentum: every param group's momentum (SGD's momentum, Adam's beta1) is lowered to
 #     mu (1 - s) for this step: simpler, and also for Adam, but it cuts the step where
 #     nothing overshoots, which slows a network that was not near the edge.
+#   curvature (opt-in): opposed, in each tensor only as far as its measured curvature h
+#     brings it near the edge where the stale share makes it unstable (lr s h near 1 - mu).
 #   none: nothing; the wrapped optimizer sees the round's average as it is.
 #   auto: opposed.
 STALENESS = ("auto", "none", "opposed", "momentum", "curvature")
@@ -118,12 +120,13 @@ def _step_with_lower_momentum(optimizer, share):
 _CHUNK = 1 << 16  # elements per pass of the opposed rule: its scratch stays in cache
 
 
-def _lower_opposed_momentum(optimizer, share, scratch=None):
+def _lower_opposed_momentum(optimizer, share, scratch=None, gate=None):
     """Before optimizer.step(): where a gradient opposes its momentum buffer b, subtracts
-    mu k b / (1 - dampening) from it (k = min(1, 2 share)), so that the buffer's update
-    b <- mu b + (1 - dampening) g becomes mu (1 - k) b + (1 - dampening) g there.
-    Elementwise only, so the same on every rank whatever the thread count; in place, in
-    chunks through `scratch` (a dict of per-dtype buffers kept between calls)."""
+    mu k b / (1 - dampening) from it (k = min(1, 2 share), times gate(p, group) where a
+    gate is given), so that the buffer's update b <- mu b + (1 - dampening) g becomes
+    mu (1 - k) b + (1 - dampening) g there. Elementwise only, so the same on every rank
+    whatever the thread count; in place, in chunks through `scratch` (a dict of per-dtype
+    buffers kept between calls)."""
     k = min(1.0, _OPPOSED_GAIN * share)
     scratch = {} if scratch is None else scratch
     for group in optimizer.param_groups:
@@ -137,20 +140,19 @@ def _lower_opposed_momentum(optimizer, share, scratch=None):
             grad = p.grad
             if buffer is None or grad is None or grad.is_sparse or not grad.is_contiguous():
                 continue
-            _lower_opposed(grad.view(-1), buffer.view(-1), alpha, scratch)
-
-
-def _lower_opposed(g, b, alpha, scratch):
-    """g -= alpha b where g b < 0, in chunks through a scratch buffer kept in `scratch`."""
-    room = scratch.get(g.dtype)
-    if room is None:
-        room = scratch[g.dtype] = torch.empty(_CHUNK, dtype=g.dtype)
-    for start in range(0, g.numel(), _CHUNK):
-        gs, bs = g[start:start + _CHUNK], b[start:start + _CHUNK]
-        opposed = room[:gs.numel()]
-        torch.mul(gs, bs, out=opposed)
-        opposed.lt_(0)  # 1 where the gradient opposes the momentum, else 0
-        gs.addcmul_(bs, opposed, value=-alpha)
+            factor = gate(p, group) if gate is not None else 1.0
+            if factor <= 0.0:
+                continue
+            room = scratch.get(grad.dtype)
+            if room is None:
+                room = scratch[grad.dtype] = torch.empty(_CHUNK, dtype=grad.dtype)
+            g, b = grad.view(-1), buffer.view(-1)
+            for start in range(0, g.numel(), _CHUNK):
+                gs, bs = g[start:start + _CHUNK], b[start:start + _CHUNK]
+                opposed = room[:gs.numel()]
+                torch.mul(gs, bs, out=opposed)
+                opposed.lt_(0)  # 1 where the gradient opposes the momentum, else 0
+                gs.addcmul_(bs, opposed, value=-alpha * factor)
 
 
 _CURVATURE_SAMPLE = 4096  # coordinates per parameter tensor the curvature rule measures
@@ -228,24 +230,10 @@ def _lower_momentum_by_curvature(optimizer, share, curvature, scratch):
     stale share makes it unstable (_curvature_gate); tensors that move where the loss is
     flat keep their momentum. The curvature is updated every step, stale or not, so that
     it is known when a stale round comes."""
-    h = curvature.update(share).tolist()
-    if share <= 0:
-        return
-    index = {id(p): i for i, p in enumerate(curvature.params)}
-    k = min(1.0, _OPPOSED_GAIN * share)
-    for group in optimizer.param_groups:
-        mu = group.get("momentum", 0.0)
-        dampening = group.get("dampening", 0.0)
-        lr = group.get("lr", 0.0)
-        if not mu or dampening >= 1.0:
-            continue
-        for p in group["params"]:
-            i = index.get(id(p))
-            buffer = optimizer.state.get(p, {}).get("momentum_buffer")
-            gate = _curvature_gate(mu, lr, share, h[i]) if i is not None else 0.0
-            if buffer is None or gate <= 0.0 or not p.grad.is_contiguous():
-                continue
-            _lower_opposed(p.grad.view(-1), buffer.view(-1), mu * k * gate / (1.0 - dampening), scratch)
+    h = dict(zip(map(id, curvature.params), curvature.update(share).tolist()))
+    if share > 0:
+        _lower_opposed_momentum(optimizer, share, scratch, gate=lambda p, group: _curvature_gate(
+            group["momentum"], group.get("lr", 0.0), share, h.get(id(p), 0.0)))
 
 def _unique(tensors):
     seen, out = set(), []
@@ -385,8 +373,7 @@ class DistributedOptimizer:
         if self.staleness == "opposed" and share > 0:
             _lower_opposed_momentum(self.optimizer, share, self._scratch)
         if self.staleness == "curvature" and self._stale is not None:
-            with torch.no_grad():
-                _lower_momentum_by_curvature(self.optimizer, share, self._curvature, self._scratch)
+            _lower_momentum_by_curvature(self.optimizer, share, self._curvature, self._scratch)
         self.optimizer.step()
         return info
 
@@ -543,7 +530,6 @@ class _HookMomentum:
         self.w = None      # sample of the parameters at the last step
         self.step = None   # sample of the step that led there (d_t)
         self.grad = None   # sample of the gradient the hook returned then
-        self.ratio = None  # mu / lr from the last fit, or None
         self.scratch = torch.empty(_CHUNK, dtype=dtype)
 
     def _sample(self, tensors):
@@ -572,24 +558,21 @@ class _HookMomentum:
     def correct(self, buffer, share, rule):
         """Applies `rule` to the bucket's averaged gradient (in `buffer`): "opposed" adds
         k (mu / lr) d_t where the gradient opposes the momentum, "momentum" everywhere, and
-        "curvature" adds (k_T / lr) d_t to each tensor T, k_T = min(mu, lr s h_T) from its
-        measured curvature. Returns whether the optimizer's momentum could be read this
-        step (whether a stale round is corrected)."""
+        "curvature" does as "opposed" with k times each tensor's _curvature_gate. Returns
+        whether the optimizer's momentum could be read this step (whether a stale round is
+        corrected)."""
         params = [p.detach() for p, _, _ in self.slots]
         grads = [buffer[offset:offset + n] for _, offset, n in self.slots]
         h = self.curvature.update(share, grads).tolist() if self.curvature is not None else None
         w = self._sample(params)
         step = w - self.w if self.w is not None else None
         fit = self._fit(step) if step is not None else None
-        if fit is None or share <= 0:
-            alphas = [0.0] * len(self.slots)
-        elif rule == "curvature":
+        alphas = [0.0] * len(self.slots)
+        if fit is not None and share > 0:
             mu, lr = fit
-            k = min(1.0, _OPPOSED_GAIN * share)
-            alphas = [k * _curvature_gate(mu, lr, share, h_t) * mu / lr for h_t in h]
-        else:
-            mu, lr = fit
-            alphas = [(min(1.0, _OPPOSED_GAIN * share) if rule == "opposed" else share) * mu / lr] * len(self.slots)
+            k = share if rule == "momentum" else min(1.0, _OPPOSED_GAIN * share)
+            gates = [_curvature_gate(mu, lr, share, h_t) for h_t in h] if h is not None else [1.0] * len(self.slots)
+            alphas = [k * gate * mu / lr for gate in gates]
         for p, (_, offset, n), alpha in zip(params, self.slots, alphas):
             previous = self.previous[offset:offset + n]
             if alpha > 0:
@@ -606,7 +589,6 @@ class _HookMomentum:
                         gs.add_(delta, alpha=alpha)
             previous.copy_(p.reshape(-1))
         self.have_previous = True
-        self.ratio = fit[0] / fit[1] if fit is not None else None
         self.w, self.step = w, step
         self.grad = self._sample(grads)
         return fit is not None
