@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import pcoll
 from pcoll.torch import DistributedOptimizer, PartialAllreduceHook, broadcast_parameters, init_process_group
 from pcoll.torch import _Curvature, _HookMomentum, _StaleShare, _lower_opposed_momentum, _segment_sums
-from pcoll.torch import _CURVATURE_MARGIN, _lower_momentum_by_curvature
+from pcoll.torch import _CURVATURE_FULL, _CURVATURE_QUIET, _curvature_gate, _lower_momentum_by_curvature
 from conftest import digest, same_everywhere
 
 torch.set_num_threads(1)
@@ -224,29 +224,47 @@ def test_curvature_is_measured_along_the_steps_with_a_stale_share():
     assert torch.allclose(measured, h, rtol=0.05)
 
 
+def test_curvature_gate_is_shut_inside_the_quiet_band_and_open_near_the_edge():
+    # lr s h / (1 - mu): the share of the way to the unstable edge.
+    mu, lr, share = 0.9, 0.1, 0.5
+    h_at = lambda edge: edge * (1 - mu) / (lr * share)
+    assert _curvature_gate(mu, lr, share, 0.0) == 0.0
+    assert _curvature_gate(mu, lr, share, -1.0) == 0.0
+    assert _curvature_gate(mu, lr, share, h_at(_CURVATURE_QUIET * 0.99)) == 0.0
+    assert _curvature_gate(mu, lr, share, h_at((_CURVATURE_QUIET + _CURVATURE_FULL) / 2)) == pytest.approx(0.5)
+    assert _curvature_gate(mu, lr, share, h_at(_CURVATURE_FULL)) == pytest.approx(1.0)
+    assert _curvature_gate(mu, lr, share, h_at(5.0)) == 1.0
+    assert _curvature_gate(1.0, lr, share, 10.0) == 0.0   # no momentum to lower
+
+
 def test_curvature_rule_spares_a_flat_tensor_and_cuts_a_steep_ones_opposed_momentum():
     steep = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    middle = torch.zeros(4, dtype=torch.float64, requires_grad=True)
     flat = torch.zeros(4, dtype=torch.float64, requires_grad=True)
-    sgd = torch.optim.SGD([steep, flat], lr=0.1, momentum=0.9)
-    curvature = _Curvature([steep, flat])
-    curvature.update(0.5, [torch.zeros(4, dtype=torch.float64)] * 2)
-    curvature.num[:] = torch.tensor([10.0, 1e-4], dtype=torch.float64)   # h = 10 and 1e-4
+    sgd = torch.optim.SGD([steep, middle, flat], lr=0.1, momentum=0.9)
+    curvature = _Curvature([steep, middle, flat])
+    curvature.update(0.5, [torch.zeros(4, dtype=torch.float64)] * 3)
+    # lr s h / (1 - mu) = 0.5 h: the edge's fraction is 5 (steep), halfway through the
+    # gate's ramp (middle) and 5e-5 (flat).
+    halfway = (_CURVATURE_QUIET + _CURVATURE_FULL) / 2
+    curvature.num[:] = torch.tensor([10.0, 2 * halfway, 1e-4], dtype=torch.float64)
     curvature.den[:] = 1.0
     buffer = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
     grad = torch.tensor([-0.5, -0.5, 0.5, 0.5], dtype=torch.float64)
-    for p in (steep, flat):
+    for p in (steep, middle, flat):
         sgd.state[p]["momentum_buffer"] = buffer.clone()
         p.grad = grad.clone()
     with torch.no_grad():
         _lower_momentum_by_curvature(sgd, 0.5, curvature, {})
     sgd.step()
-    # The first update sees no step yet, so the sums stay: with opposed's k = min(1, 2 x 0.5),
-    # steep's gate is min(1, m x 0.1 x 0.5 x 10 / 0.1) = 1, flat's m x 0.1 x 0.5 x 1e-4 / 0.1.
+    # The first update sees no step yet, so the sums stay; opposed's k = min(1, 2 x 0.5) = 1.
     opposed = torch.tensor([True, False, False, True])
     cut = torch.where(opposed, 0.0 * buffer, 0.9 * buffer) + grad
     assert torch.allclose(sgd.state[steep]["momentum_buffer"], cut, rtol=1e-12, atol=1e-12)
-    spared = torch.where(opposed, 0.9 * (1 - _CURVATURE_MARGIN * 5e-5) * buffer, 0.9 * buffer) + grad
-    assert torch.allclose(sgd.state[flat]["momentum_buffer"], spared, rtol=1e-12, atol=1e-12)
+    half = torch.where(opposed, 0.45 * buffer, 0.9 * buffer) + grad
+    assert torch.allclose(sgd.state[middle]["momentum_buffer"], half, rtol=1e-12, atol=1e-12)
+    # Inside the quiet band the tensor's step is plain SGD's, bit for bit.
+    assert torch.equal(sgd.state[flat]["momentum_buffer"], 0.9 * buffer + grad)
 
 
 @pytest.mark.parametrize("staleness", ["auto", "opposed", "momentum", "curvature", "none"])
@@ -257,7 +275,7 @@ def test_staleness_rules_under_delays(comm, staleness):
     torch.manual_seed(500 + comm.rank)
     expected = []
     with DistributedOptimizer(sgd, model, comm, mode="solo", staleness=staleness) as opt:
-        assert opt.staleness == ("opposed" if staleness == "auto" else staleness)
+        assert opt.staleness == ("curvature" if staleness == "auto" else staleness)
         for step in range(30):
             time.sleep(0.003 if step % comm.size == comm.rank else 0)
             opt.zero_grad()
