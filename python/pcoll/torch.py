@@ -155,7 +155,7 @@ def _lower_opposed_momentum(optimizer, share, scratch=None, gate=None):
                 gs.addcmul_(bs, opposed, value=-alpha * factor)
 
 
-_CURVATURE_SAMPLE = 4096  # coordinates per parameter tensor the curvature rule measures
+_CURVATURE_SAMPLE = 1024  # coordinates per parameter tensor the curvature rule measures, at most
 _CURVATURE_MEMORY = 0.9   # decay of its running sums: about ten steps
 # The gate, in fractions of the way to the unstable edge (lr s h = 1 - mu): shut below
 # _CURVATURE_QUIET (where a network trained well inside its stable range, such as the digits
@@ -183,6 +183,28 @@ def _segment_sums(products, ends):
     return torch.ldexp(sums.to(torch.float64), torch.tensor(float(-exponent), dtype=torch.float64))
 
 
+class _StridedSample:
+    """Fixed strided coordinates of a list of tensors (one slice of each), as one float64
+    vector. The views are kept while the tensors stay where they lie (a view holds its
+    storage, so an address that did not change is the same memory): a net of many small
+    tensors pays the slicing once, not every step."""
+
+    def __init__(self, slices):
+        self.slices = slices
+        self._kept = {}   # which -> (where the tensors lay, their sampled views)
+
+    def __call__(self, tensors, which):
+        where = [(t.data_ptr(), t.numel()) if t.is_contiguous() else None for t in tensors]
+        kept = self._kept.get(which)
+        if kept is not None and kept[0] == where:
+            views = kept[1]
+        else:
+            views = [t.detach().reshape(-1)[cut] for t, cut in zip(tensors, self.slices)]
+            if None not in where:
+                self._kept[which] = (where, views)
+        return torch.cat(views).to(torch.float64) if views else torch.zeros(0, dtype=torch.float64)
+
+
 class _Curvature:
     """Each parameter tensor's curvature along its recent steps, from the rounds' averaged
     gradients: a secant estimate on a fixed sample of the tensor's coordinates.
@@ -197,22 +219,20 @@ class _Curvature:
 
     def __init__(self, params):
         self.params = params
-        self.strides = [max(1, p.numel() // _CURVATURE_SAMPLE) for p in params]
+        self.strides = [-(-p.numel() // _CURVATURE_SAMPLE) or 1 for p in params]
         sizes = [-(-p.numel() // stride) for p, stride in zip(params, self.strides)]
         self.ends = torch.cumsum(torch.tensor(sizes), 0)   # where each tensor's sample ends
         self.w = self.d = self.r = None
         self.num = torch.zeros(len(params), dtype=torch.float64)
         self.den = torch.zeros(len(params), dtype=torch.float64)
-
-    def _sample(self, tensors):
-        return torch.cat([t.detach().reshape(-1)[::stride] for t, stride in zip(tensors, self.strides)]).to(torch.float64)
+        self._sample = _StridedSample([slice(None, None, stride) for stride in self.strides])
 
     def update(self, share, grads=None):
         """Takes this step's parameters and averaged gradients (the parameters' .grad unless
         given); returns each tensor's h (0 while there is not enough history, or where the
         sums give no positive one)."""
         grads = [p.grad for p in self.params] if grads is None else grads
-        w, r = self._sample(self.params), self._sample(grads)
+        w, r = self._sample(self.params, "params"), self._sample(grads, "grads")
         d = w - self.w if self.w is not None else None
         if d is not None and self.d is not None:
             self.num.mul_(_CURVATURE_MEMORY).add_(_segment_sums((r - self.r) * self.d, self.ends))
@@ -536,18 +556,18 @@ class _HookMomentum:
         self.previous = torch.empty(numel, dtype=dtype)   # the parameters at the last step
         self.have_previous = False
         stride = max(1, numel // _SAMPLE)
-        self.picks = []   # per slot: the sampled offsets inside that parameter
+        cuts = []   # per slot: the sampled offsets inside that parameter
         for p, offset, n in slots:
             first = -(-offset // stride) * stride
-            self.picks.append(torch.arange(min(first - offset, n), n, stride))  # none in a short one
+            cuts.append(slice(min(first - offset, n), n, stride))  # none in a short one
+        self._strided = _StridedSample(cuts)
         self.w = None      # sample of the parameters at the last step
         self.step = None   # sample of the step that led there (d_t)
         self.grad = None   # sample of the gradient the hook returned then
         self.scratch = torch.empty(_CHUNK, dtype=dtype)
 
-    def _sample(self, tensors):
-        parts = [t.reshape(-1)[pick] for t, pick in zip(tensors, self.picks)]
-        return torch.cat(parts).to(torch.float64).numpy() if parts else np.zeros(0)
+    def _sample(self, tensors, which):
+        return self._strided(tensors, which).numpy()
 
     def _fit(self, step):
         """(mu, lr) from d_t = mu d_{t-1} - lr g_{t-1} - lr wd w_{t-1}, or None."""
@@ -577,7 +597,7 @@ class _HookMomentum:
         params = [p.detach() for p, _, _ in self.slots]
         grads = [buffer[offset:offset + n] for _, offset, n in self.slots]
         h = self.curvature.update(share, grads).tolist() if self.curvature is not None else None
-        w = self._sample(params)
+        w = self._sample(params, "params")
         step = w - self.w if self.w is not None else None
         fit = self._fit(step) if step is not None else None
         alphas = [0.0] * len(self.slots)
@@ -603,7 +623,7 @@ class _HookMomentum:
             previous.copy_(p.reshape(-1))
         self.have_previous = True
         self.w, self.step = w, step
-        self.grad = self._sample(grads)
+        self.grad = self._sample(grads, "grads")
         return fit is not None
 
 

@@ -224,6 +224,22 @@ def test_curvature_is_measured_along_the_steps_with_a_stale_share():
     assert torch.allclose(measured, h, rtol=0.05)
 
 
+def test_curvature_samples_at_most_its_share_of_each_tensor_and_follows_moved_storage():
+    from pcoll.torch import _CURVATURE_SAMPLE
+    sizes = [1, _CURVATURE_SAMPLE, _CURVATURE_SAMPLE + 1, 4 * _CURVATURE_SAMPLE + 1, 100000]
+    tensors = [torch.randn(n) for n in sizes]
+    curvature = _Curvature(tensors)
+    counts = torch.diff(curvature.ends, prepend=torch.zeros(1, dtype=curvature.ends.dtype)).tolist()
+    assert counts[:2] == [1, _CURVATURE_SAMPLE]
+    assert all(0 < c <= _CURVATURE_SAMPLE for c in counts)
+    first = curvature._sample(tensors, "params")
+    tensors[3].mul_(2)                                   # in place: the kept views see it
+    assert torch.equal(curvature._sample(tensors, "params")[counts[0] + counts[1] + counts[2]:][:counts[3]],
+                       2 * first[counts[0] + counts[1] + counts[2]:][:counts[3]])
+    tensors[4] = torch.full((100000,), 7.0)              # new storage: sampled afresh
+    assert torch.equal(curvature._sample(tensors, "params")[-counts[4]:], torch.full((counts[4],), 7.0, dtype=torch.float64))
+
+
 def test_curvature_gate_is_shut_inside_the_quiet_band_and_open_near_the_edge():
     # lr s h / (1 - mu): the share of the way to the unstable edge.
     mu, lr, share = 0.9, 0.1, 0.5
