@@ -49,10 +49,11 @@ def _dtype_name(dtype, what):
 #   momentum: every param group's momentum (SGD's momentum, Adam's beta1) is lowered to
 #     mu (1 - s) for this step: simpler, and also for Adam, but it cuts the step where
 #     nothing overshoots, which slows a network that was not near the edge.
-#   curvature (opt-in): opposed, in each tensor only as far as its measured curvature h
-#     brings it near the edge where the stale share makes it unstable (lr s h near 1 - mu).
+#   curvature: opposed, in each tensor only as far as its measured curvature h brings it
+#     near the edge where the stale share makes it unstable (lr s h near 1 - mu); nothing
+#     inside a quiet band far from it (_curvature_gate).
 #   none: nothing; the wrapped optimizer sees the round's average as it is.
-#   auto: opposed.
+#   auto: curvature.
 STALENESS = ("auto", "none", "opposed", "momentum", "curvature")
 _STALENESS_AUTO = "curvature"
 _OPPOSED_GAIN = 2.0  # the stale share at which an opposed coordinate loses all its momentum: 1/2
