@@ -74,10 +74,14 @@ class RankEngine final : public ExecutorPort {
     trees_ = &job_.trees();
     max_lag_ = opts.max_lag;
     // A handle whose buffers (work buffer, what it reduces from, the caller's result) fit in
-    // cache reduces and copies at the cached rates.
+    // cache reduces and copies at the cached rates. A result block handed to the application
+    // leaves this core's cache; above the cache its stores go to memory.
     const bool cached = static_cast<double>(job_.spec().options.count * kAccBytes * 3) <= costs_.cache_bytes;
     reduce_rate_ = cached ? costs_.reduce_cached_bytes_per_s : costs_.reduce_bytes_per_s;
     copy_rate_ = cached ? costs_.copy_cached_bytes_per_s : costs_.copy_bytes_per_s;
+    out_rate_ = cached                                  ? costs_.copy_cached_bytes_per_s
+                : costs_.copy_out_bytes_per_s > 0 ? costs_.copy_out_bytes_per_s
+                                                  : costs_.copy_bytes_per_s;
     carry_late_ = opts.late == PCOLL_LATE_CARRY;
     rounds_total_ = job_.spec().options.steps + 1;  // the steps, then the flush
     posted_ = joined_ = completed_ = activated_ = 0;
@@ -192,9 +196,9 @@ class RankEngine final : public ExecutorPort {
   }
   void final_elements(size_t, size_t count, uint64_t round) override {
     // The application waits for this round: the elements, just reduced or copied here, go
-    // to it out of this core's cache.
+    // to it out of this core's cache (into memory, where the vector exceeds the cache).
     if (awaited_ == round) {
-      work(count, costs_.copy_cached_bytes_per_s);
+      work(count, out_rate_);
       delivered_early_ = true;
     }
   }
@@ -391,7 +395,8 @@ class RankEngine final : public ExecutorPort {
   int rank_;
   int size_;
   EngineCosts costs_;
-  double reduce_rate_ = 1, copy_rate_ = 1;  // bytes per second for this handle's sizes
+  // Bytes per second for this handle's sizes: its own buffers, the hand-over to the caller.
+  double reduce_rate_ = 1, copy_rate_ = 1, out_rate_ = 1;
   sg4::ConditionVariablePtr engine_cv_;
   sg4::MutexPtr engine_mutex_;
   sg4::ConditionVariablePtr app_cv_;

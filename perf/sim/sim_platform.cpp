@@ -31,6 +31,7 @@ std::string cost_props(const EngineCosts& costs) {
       << "  <prop id=\"pcoll.copy_bytes_per_s\" value=\"" << number(costs.copy_bytes_per_s) << "\"/>\n"
       << "  <prop id=\"pcoll.reduce_cached_bytes_per_s\" value=\"" << number(costs.reduce_cached_bytes_per_s) << "\"/>\n"
       << "  <prop id=\"pcoll.copy_cached_bytes_per_s\" value=\"" << number(costs.copy_cached_bytes_per_s) << "\"/>\n"
+      << "  <prop id=\"pcoll.copy_out_bytes_per_s\" value=\"" << number(costs.copy_out_bytes_per_s) << "\"/>\n"
       << "  <prop id=\"pcoll.cache_bytes\" value=\"" << number(costs.cache_bytes) << "\"/>\n"
       << "  <prop id=\"pcoll.call_s\" value=\"" << number(costs.call_s) << "\"/>\n"
       << "  <prop id=\"pcoll.wake_s\" value=\"" << number(costs.wake_s) << "\"/>\n"
@@ -112,7 +113,7 @@ Platform make_platform(const PlatformChoice& choice, int ranks) {
       p.name = "ideal";
       p.network = LinkFigures{1e18, 0};
       p.node = p.network;
-      p.costs = EngineCosts{1e18, 1e18, 1e18, 1e18, 1e18, 0, 0, 0, 0, 1u << 30, {}};
+      p.costs = EngineCosts{1e18, 1e18, 1e18, 1e18, 1e18, 1e18, 0, 0, 0, 0, 1u << 30, {}};
       p.xml = cluster_xml("ideal", p.nodes, p.network, p.node, "", "", p.costs, p.ranks_per_node);
       p.description = "no communication cost: links of no latency and unbounded bandwidth, engines that cost nothing";
       return p;
@@ -188,6 +189,7 @@ void read_file_properties(Platform& platform) {
   read("pcoll.copy_bytes_per_s", platform.costs.copy_bytes_per_s);
   read("pcoll.reduce_cached_bytes_per_s", platform.costs.reduce_cached_bytes_per_s);
   read("pcoll.copy_cached_bytes_per_s", platform.costs.copy_cached_bytes_per_s);
+  read("pcoll.copy_out_bytes_per_s", platform.costs.copy_out_bytes_per_s);
   read("pcoll.cache_bytes", platform.costs.cache_bytes);
   read("pcoll.call_s", platform.costs.call_s);
   read("pcoll.wake_s", platform.costs.wake_s);

@@ -20,6 +20,10 @@ struct EngineCosts {
   double copy_bytes_per_s = 7e9;
   double reduce_cached_bytes_per_s = 15e9;
   double copy_cached_bytes_per_s = 25e9;
+  // Bytes per second of a block in this core's cache copied into memory that is not (the
+  // result handed to the application a block at a time, when its vector exceeds the cache):
+  // the stores go to memory. A platform file without it uses copy_bytes_per_s.
+  double copy_out_bytes_per_s = 0;
   double cache_bytes = 16e6;
   double post_s = 0.3e-6;    // CPU time to post one write or notification
   double notice_s = 0.2e-6;  // CPU time to handle one arrived notification

@@ -12,6 +12,10 @@
 #       rank sends per round beyond sync's, which sends none, less quorum's one fetch-add
 #   sim_checks.sh calibrate PCOLL_SIM PINGPONG PCOLLRUN
 #       calibrates this machine into a temporary file and simulates two ranks on it
+#   sim_checks.sh handover PCOLL_SIM
+#       a vector beyond the cache goes to the caller at pcoll.copy_out_bytes_per_s: two
+#       platforms that differ in that rate alone differ in the balanced direct-plan round by
+#       the vector's bytes over each rate
 set -euo pipefail
 what=$1
 shift
@@ -81,6 +85,39 @@ PY
     "$sim" calibrate --out "$tmp/calibrated.xml" --pingpong "$pingpong" --pcollrun "$pcollrun"
     grep -q 'pcoll.reduce_bytes_per_s' "$tmp/calibrated.xml"
     "$sim" -n 2 --calibration "$tmp/calibrated.xml" --model none --compute-ms 0 --steps 20 --count 1024 --modes sync
+    ;;
+  handover)
+    sim=$1
+    count=4194304  # 16 MiB of float32: beyond cache_bytes below
+    for out in 2e9 8e9; do
+      cat > "$tmp/node-$out.xml" <<XML
+<?xml version='1.0'?>
+<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">
+<platform version="4.1">
+<zone id="world" routing="Full">
+  <prop id="pcoll.reduce_bytes_per_s" value="1e10"/>
+  <prop id="pcoll.copy_bytes_per_s" value="1e10"/>
+  <prop id="pcoll.reduce_cached_bytes_per_s" value="4e10"/>
+  <prop id="pcoll.copy_cached_bytes_per_s" value="4e10"/>
+  <prop id="pcoll.copy_out_bytes_per_s" value="$out"/>
+  <prop id="pcoll.cache_bytes" value="1e6"/>
+  <cluster id="node" prefix="node-" suffix="" radical="0-0" speed="1Gf" core="2" bw="5e10Bps" lat="1e-7s" loopback_bw="5e10Bps" loopback_lat="1e-7s"/>
+</zone>
+</platform>
+XML
+      "$sim" -n 2 --platform "$tmp/node-$out.xml" --ranks-per-node 2 --model none --compute-ms 0 --steps 10 \
+        --count $count --modes sync --json > "$tmp/rows-$out.json"
+    done
+    /usr/bin/python3 - "$tmp/rows-2e9.json" "$tmp/rows-8e9.json" $count <<'PY'
+import json, sys
+slow, fast = (json.loads(next(l for l in open(f) if l.startswith("{"))) for f in sys.argv[1:3])
+want = int(sys.argv[3]) * 4 * (1 / 2e9 - 1 / 8e9) * 1e6
+got = slow["call_us_p50"] - fast["call_us_p50"]
+print(f"plan {slow['plan']}: round {slow['call_us_p50']:.1f} us at 2 GB/s, {fast['call_us_p50']:.1f} at 8 GB/s: "
+      f"{got:.1f} us apart, the hand-over accounts for {want:.1f}")
+if slow["plan"] != "direct" or abs(got - want) > 0.05 * want:
+    sys.exit("the hand-over of a vector beyond the cache is not costed at pcoll.copy_out_bytes_per_s")
+PY
     ;;
   *)
     echo "sim_checks.sh: unknown check '$what'" >&2
