@@ -1,6 +1,8 @@
 // majority (eager-SGD): one initiator per round, drawn from the seed every rank shares
 // (activation.hpp: majority_initiator); only it may start the round, once its application
-// posted it. In expectation half of the ranks have posted by then.
+// posted it. In expectation half of the ranks have posted by then. A rank that posted
+// joins at once without starting it (joins_when_posted): the round still waits for the
+// drawn rank, whose activation brings in the ranks that have not posted.
 #include <collectives/activation.hpp>
 #include <collectives/mode_table.hpp>
 
@@ -11,6 +13,7 @@ class MajorityPolicy final : public StartPolicy {
  public:
   using StartPolicy::StartPolicy;
   bool starts(uint64_t round, PolicyClock::time_point) override { return drawn(round) == context().rank; }
+  bool joins_when_posted() const override { return true; }
   int awaited_initiator(uint64_t round) const override { return drawn(round); }
   bool may_initiate(uint64_t round, int rank) const override { return rank == drawn(round); }
 

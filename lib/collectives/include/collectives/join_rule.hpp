@@ -33,7 +33,8 @@ inline bool lag_allows(uint64_t round, uint64_t posted, uint32_t max_lag) {
 // Whether the engine joins `round` (the round after the last one it joined) now. A
 // synchronous round and a flush wait for this rank's own post; an activated round waits
 // for bounded lag only; one nobody activated yet is joined when this rank posted it and
-// its policy starts it (StartPolicy::starts, asked with now()). `in_agreement()`: the
+// its policy starts it (StartPolicy::starts, asked with now()), or joins posted rounds
+// without starting them (StartPolicy::joins_when_posted). `in_agreement()`: the
 // application is inside a collective agreement, so it posts no round before it ends.
 template <typename Now, typename InAgreement>
 JoinDecision decide_join(StartPolicy& policy, const JoinView& view, uint64_t round, Now&& now,
@@ -44,8 +45,9 @@ JoinDecision decide_join(StartPolicy& policy, const JoinView& view, uint64_t rou
   // A peer's round this application has not posted waits (docs/design.md, "Mismatched calls").
   if (!posted && in_agreement()) return JoinDecision::wait;
   if (round < view.activated) return lag_allows(round, view.posted, view.max_lag) ? JoinDecision::join : JoinDecision::wait;
-  if (!posted || !policy.starts(round, now())) return JoinDecision::wait;
-  return JoinDecision::initiate;
+  if (!posted) return JoinDecision::wait;
+  if (policy.starts(round, now())) return JoinDecision::initiate;
+  return policy.joins_when_posted() ? JoinDecision::join : JoinDecision::wait;
 }
 
 }  // namespace pcoll

@@ -57,6 +57,14 @@ class StartPolicy {
   // rank starts it now (it then sends the activation).
   virtual bool starts(uint64_t round, PolicyClock::time_point now) = 0;
 
+  // Whether a rank whose application posted `round`, which nobody has activated yet and
+  // this rank does not start, joins it at once all the same, without starting it. Its
+  // contribution is fresh whenever it joins, so joining before the round starts changes
+  // no result, only lets its data move sooner; the ranks that have not posted still wait
+  // for the activation. Majority: at balanced load its rounds then cost sync's, not the
+  // drawn initiator's activation on top.
+  virtual bool joins_when_posted() const { return false; }
+
   // Whom a rank waits on while it waits to join `round` (not synchronous, not activated
   // yet), for the liveness probe: the one rank that may start it, or -1 when any may.
   virtual int awaited_initiator(uint64_t /*round*/) const { return -1; }
