@@ -13,7 +13,7 @@ class MajorityPolicy final : public StartPolicy {
  public:
   using StartPolicy::StartPolicy;
   bool starts(uint64_t round, PolicyClock::time_point) override { return drawn(round) == context().rank; }
-  bool joins_when_posted() const override { return true; }
+  bool joins_when_posted(uint64_t) const override { return true; }
   int awaited_initiator(uint64_t round) const override { return drawn(round); }
   bool may_initiate(uint64_t round, int rank) const override { return rank == drawn(round); }
 

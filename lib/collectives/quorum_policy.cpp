@@ -1,6 +1,7 @@
 // quorum: a round starts once k of the P ranks posted it (synchronous SGD with backup
 // workers, decentralised), counted with one remote fetch-add per rank and round; with a
-// grace, the first rank to post also starts it grace_us after it posted. docs/design.md,
+// grace, the first rank to post also starts it grace_us after it posted. A rank whose
+// count says it starts nothing joins at once (joins_when_posted). docs/design.md,
 // "Counting arrivals", says why the counters are laid out as they are.
 #include <string>
 
@@ -25,6 +26,11 @@ class QuorumPolicy final : public StartPolicy {
     return reached_ == round || (grace_round_ == round && now >= grace_deadline_);
   }
 
+  // Its arrival was counted, was not the k-th and runs no grace: it will not start the round.
+  bool joins_when_posted(uint64_t round) const override {
+    return counted_ == round && reached_ != round && grace_round_ != round;
+  }
+
   size_t counter_words() const override { return words_; }
 
   std::optional<ArrivalCounter> arrival_counter(uint64_t round) const override {
@@ -44,6 +50,7 @@ class QuorumPolicy final : public StartPolicy {
                                ".." + std::to_string(counter.before + ranks - 1));
     const uint64_t arrived = old - counter.before + 1;
     if (!counts) return arrived;
+    counted_ = round;
     const uint32_t quorum = context().opts.quorum;
     if (arrived == quorum) reached_ = round;
     if (arrived == 1 && context().opts.grace_us > 0 && arrived < quorum) {
@@ -66,6 +73,7 @@ class QuorumPolicy final : public StartPolicy {
   // rank runs (it arrived first) with its deadline. UINT64_MAX: none.
   uint64_t reached_ = UINT64_MAX;
   uint64_t grace_round_ = UINT64_MAX;
+  uint64_t counted_ = UINT64_MAX;  // the last round whose arrival this rank counted
   PolicyClock::time_point grace_deadline_{};
 };
 

@@ -68,10 +68,37 @@ TEST_CASE("a rank joins by its mode's rule: its own post, the activation, or sta
       CHECK(decide(*majority, round, true, true) == JoinDecision::join);
       auto quorum = policy_of(PCOLL_MODE_QUORUM, rank);
       CHECK(decide(*quorum, round, false, true) == JoinDecision::join);
-      CHECK(decide(*quorum, round, true, false) == JoinDecision::wait);  // its arrival was not the k-th
+      CHECK(decide(*quorum, round, true, false) == JoinDecision::wait);  // its arrival is not counted yet
       CHECK(decide(*quorum, round, false, false) == JoinDecision::wait);
     }
   }
+}
+
+TEST_CASE("quorum: the k-th arrival starts the round, the others that posted join as their count returns") {
+  const uint32_t k = kRanks / 2 + 1;
+  for (const uint32_t grace_us : {0u, 1000000u})
+    for (uint64_t round = 0; round < 12; ++round)
+      for (uint32_t arrival = 1; arrival <= kRanks; ++arrival) {
+        CAPTURE(grace_us);
+        CAPTURE(round);
+        CAPTURE(arrival);
+        pcoll_allreduce_opts_t opts{};
+        opts.max_lag = 1;
+        opts.grace_us = grace_us;
+        const ModeRow* row = find_mode(PCOLL_MODE_QUORUM);
+        REQUIRE(row->check_options(opts, kRanks).empty());
+        auto policy = row->make_policy(PolicyContext{1, kRanks, 3, opts});
+        // Counted rounds before this one leave nothing behind.
+        for (uint64_t earlier = 0; earlier < round; ++earlier) {
+          const ArrivalCounter c = *policy->arrival_counter(earlier);
+          policy->arrival_counted(earlier, c.before + kRanks - 1, true, PolicyClock::now());
+        }
+        const ArrivalCounter counter = *policy->arrival_counter(round);
+        CHECK(policy->arrival_counted(round, counter.before + arrival - 1, true, PolicyClock::now()) == arrival);
+        // The first arrival with a grace may yet start the round when the grace ends: it waits.
+        const char* want = arrival == k ? "initiate" : arrival == 1 && grace_us > 0 ? "wait" : "join";
+        CHECK(name(decide(*policy, round, true, false)) == std::string(want));
+      }
 }
 
 TEST_CASE("a rank starts a round only where its mode lets it") {

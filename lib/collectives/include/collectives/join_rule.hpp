@@ -47,7 +47,7 @@ JoinDecision decide_join(StartPolicy& policy, const JoinView& view, uint64_t rou
   if (round < view.activated) return lag_allows(round, view.posted, view.max_lag) ? JoinDecision::join : JoinDecision::wait;
   if (!posted) return JoinDecision::wait;
   if (policy.starts(round, now())) return JoinDecision::initiate;
-  return policy.joins_when_posted() ? JoinDecision::join : JoinDecision::wait;
+  return policy.joins_when_posted(round) ? JoinDecision::join : JoinDecision::wait;
 }
 
 }  // namespace pcoll

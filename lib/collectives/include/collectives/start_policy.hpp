@@ -62,8 +62,10 @@ class StartPolicy {
   // contribution is fresh whenever it joins, so joining before the round starts changes
   // no result, only lets its data move sooner; the ranks that have not posted still wait
   // for the activation. Majority: at balanced load its rounds then cost sync's, not the
-  // drawn initiator's activation on top.
-  virtual bool joins_when_posted() const { return false; }
+  // drawn initiator's activation on top. Quorum: once its counted arrival says it will
+  // not start the round (the join sets the initiator flag, so a rank that may yet start
+  // it waits).
+  virtual bool joins_when_posted(uint64_t /*round*/) const { return false; }
 
   // Whom a rank waits on while it waits to join `round` (not synchronous, not activated
   // yet), for the liveness probe: the one rank that may start it, or -1 when any may.
