@@ -59,12 +59,16 @@ def main():
             for mode, r in measured.items():
                 imbalance.setdefault((P, mode), []).append((r, predicted[mode]))
     med = statistics.median
+
+    def ratio_cell(ratios):
+        return f"{med(ratios):.2f} [{' '.join(f'{r:.2f}' for r in ratios)}]"
+
     print("\n| P | bytes | measured p50 (us) | predicted (us) | predicted / measured [per launch] | plan |")
     print("|---|---|---|---|---|---|")
     for (P, size), pairs in rounds.items():
         ratios = [p / m for m, p, _ in pairs]
         print(f"| {P} | {size} | {med(m for m, _, _ in pairs):.2f} | {med(p for _, p, _ in pairs):.2f} | "
-              f"{med(ratios):.2f} [{' '.join(f'{r:.2f}' for r in ratios)}] | {pairs[0][2]} |")
+              f"{ratio_cell(ratios)} | {pairs[0][2]} |")
     print("\n| P | mode | measured wall_s | predicted wall_s | ratio [per launch] | measured speedup | predicted speedup"
           " | ideal speedup | measured fresh | predicted fresh |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -74,7 +78,7 @@ def main():
             pairs = imbalance[(P, mode)]
             ratios = [p["wall_s"] / m["wall_s"] for m, p in pairs]
             print(f"| {P} | {mode} | {med(m['wall_s'] for m, _ in pairs):.3f} | {med(p['wall_s'] for _, p in pairs):.3f} | "
-                  f"{med(ratios):.2f} [{' '.join(f'{r:.2f}' for r in ratios)}] | "
+                  f"{ratio_cell(ratios)} | "
                   f"{med((m['speedup_vs_sync'] or 1.0) for m, _ in pairs):.3f} | "
                   f"{med(p['speedup_vs_sync'] for _, p in pairs):.3f} | {ideal[mode]['speedup_vs_sync']:.3f} | "
                   f"{med(m['fresh_fraction'] for m, _ in pairs):.3f} | {med(p['fresh_fraction'] for _, p in pairs):.3f} |")

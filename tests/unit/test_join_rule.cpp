@@ -18,10 +18,11 @@ namespace {
 constexpr int kRanks = 5;
 constexpr uint64_t kSeed = 7;
 
-std::unique_ptr<StartPolicy> policy_of(pcoll_mode_t mode, int rank, uint32_t max_lag = 1, uint32_t sync_every = 0) {
+std::unique_ptr<StartPolicy> policy_of(pcoll_mode_t mode, int rank, uint32_t sync_every = 0, uint32_t grace_us = 0) {
   pcoll_allreduce_opts_t opts{};
-  opts.max_lag = max_lag;
+  opts.max_lag = 1;
   opts.sync_every = sync_every;
+  opts.grace_us = grace_us;
   opts.seed = kSeed;
   const ModeRow* row = find_mode(mode);
   REQUIRE(row != nullptr);
@@ -31,12 +32,12 @@ std::unique_ptr<StartPolicy> policy_of(pcoll_mode_t mode, int rank, uint32_t max
 
 // What the engine of a rank decides for `round`, the rounds before it joined and completed.
 JoinDecision decide(StartPolicy& policy, uint64_t round, bool posted, bool activated, bool flush = false,
-                    bool in_agreement = false, uint32_t max_lag = 1) {
+                    bool in_agreement = false) {
   JoinView view;
   view.posted = posted ? round + 1 : round;
   view.flush_posted = posted && flush;
   view.activated = activated ? round + 1 : round;
-  view.max_lag = max_lag;
+  view.max_lag = 1;
   return decide_join(policy, view, round, [] { return PolicyClock::now(); }, [&] { return in_agreement; });
 }
 
@@ -82,12 +83,7 @@ TEST_CASE("quorum: the k-th arrival starts the round, the others that posted joi
         CAPTURE(grace_us);
         CAPTURE(round);
         CAPTURE(arrival);
-        pcoll_allreduce_opts_t opts{};
-        opts.max_lag = 1;
-        opts.grace_us = grace_us;
-        const ModeRow* row = find_mode(PCOLL_MODE_QUORUM);
-        REQUIRE(row->check_options(opts, kRanks).empty());
-        auto policy = row->make_policy(PolicyContext{1, kRanks, 3, opts});
+        auto policy = policy_of(PCOLL_MODE_QUORUM, 1, 0, grace_us);
         // Counted rounds before this one leave nothing behind.
         for (uint64_t earlier = 0; earlier < round; ++earlier) {
           const ArrivalCounter c = *policy->arrival_counter(earlier);
@@ -121,7 +117,7 @@ TEST_CASE("a flush, a synchronous round and a round past the lag wait for the ra
       auto policy = policy_of(mode, rank);
       // A flush is joined on the post, never started.
       CHECK(decide(*policy, 4, true, false, true) == JoinDecision::join);
-      auto every3 = policy_of(mode, rank, 1, 3);
+      auto every3 = policy_of(mode, rank, 3);
       CHECK(decide(*every3, 2, false, true) == JoinDecision::wait);  // round 2 of sync_every 3
       CHECK(decide(*every3, 2, true, false) == JoinDecision::join);
       // Inside a collective agreement a rank joins no round its application has not posted.
