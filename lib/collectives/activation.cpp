@@ -165,6 +165,19 @@ std::optional<Relay> relay(Spread spread, int rank, int size, uint32_t detail, b
   return relay(spread, rank, Trees(size), detail, known);
 }
 
+bool hear_directly(Spread spread, int rank, int to, const Trees& trees, const std::function<bool(int)>& hears) {
+  // `detail` is what `from` sends `at`: the root (own tree) or the sender (flood).
+  const auto covered = [&](const auto& self, int at, uint32_t detail) -> bool {
+    if (!hears(at)) return false;
+    const std::optional<Relay> next = relay(spread, at, trees, detail, false);
+    if (!next) return false;
+    for (const int below : next->to)
+      if (!self(self, below, next->detail)) return false;
+    return true;
+  };
+  return covered(covered, to, static_cast<uint32_t>(rank));
+}
+
 Trees activation_trees(const std::vector<int>& node_of, int size, bool flat) {
   if (flat || node_of.size() != static_cast<size_t>(size)) return Trees(size);
   return Trees(node_of);

@@ -232,7 +232,15 @@ bool Allreduce::can_join(uint64_t round) {
 }
 
 void Allreduce::initiate(uint64_t round) {
+  // A peer that hears this rank's first notice of the round, and so does every rank it
+  // would pass the activation on to, learns of the start from that notice instead.
+  const auto announced = [this](int peer) { return executor_->announces_start_to(peer); };
+  announce_start_ = false;
   for (const int peer : activation::start_targets(policy_->spread(), rank_, trees_)) {
+    if (activation::hear_directly(policy_->spread(), rank_, peer, trees_, announced)) {
+      announce_start_ = true;
+      continue;
+    }
     transport_.notify(peer, codec_.activation(id_, static_cast<uint32_t>(rank_), round));
     sent(peer, 0);
   }
@@ -273,9 +281,11 @@ void Allreduce::count_arrival(std::unique_lock<std::mutex>& lock, uint64_t round
 void Allreduce::on_notice(const Notice& notice) {
   if (!executor_) fail(Errc::protocol, "message for allreduce handle " + std::to_string(id_) + ", which did not prepare");
   switch (notice.kind) {
-    case NoticeKind::data:
-      executor_->on_data(codec_.widen_round(notice.round, completed_), completed_, notice.tag, notice.chunk);
+    case NoticeKind::data: {
+      const uint64_t round = codec_.widen_round(notice.round, completed_);
+      if (executor_->on_data(round, completed_, notice.tag, notice.chunk)) started_by_peer(round);
       return;
+    }
     case NoticeKind::credit:
       executor_->on_credit(codec_.widen_round(notice.round, completed_), notice.tag, notice.chunk);
       return;
@@ -304,6 +314,16 @@ void Allreduce::on_activation(const Notice& notice) {
   observe([&](RoundObserver& o) { o.activation_received(round, static_cast<int>(notice.rank)); });
 }
 
+// A data notice said that its sender started `round` (RoundExecutor::announces_start_to):
+// the round is activated, as by an activation message, but nothing is passed on: the
+// starter sent that notice only where every rank below this one hears it too.
+void Allreduce::started_by_peer(uint64_t round) {
+  const int starter = executor_->started_by(round);
+  if (starter < 0 || round < activated_) return;
+  activated_ = round + 1;
+  observe([&](RoundObserver& o) { o.activation_received(round, starter); });
+}
+
 void Allreduce::advance_locked() {
   if (!ready_) return;
   for (;;) {
@@ -329,7 +349,7 @@ void Allreduce::join(uint64_t round) {
   memory_->set_late(round, !fresh);
   active_flush_ = flush;
   observe([&](RoundObserver& o) { o.joined(round, fresh, flush, carried); });
-  executor_->begin_round();
+  executor_->begin_round(initiated_current_ && announce_start_);
   ++joined_;
   ++epoch_;
 }
@@ -385,14 +405,14 @@ void Allreduce::fill_info(uint64_t round, RoundInfo& info) {
 
 // --- The plan's chunks (ExecutorPort) -------------------------------------------------------
 
-void Allreduce::write_chunk(const Step& step, const Chunk& chunk, uint64_t round) {
+void Allreduce::write_chunk(const Step& step, const Chunk& chunk, uint64_t round, uint32_t tag) {
   const Transfer& send = *step.send;
   const size_t target = send.lands_in_result()
                             ? memory_->acc_bytes(chunk.offset)
                             : memory_->work_bytes() + memory_->acc_bytes(send.landing_offset(round, chunk.index));
   const size_t bytes = memory_->acc_bytes(chunk.count);
   transport_.write_notify(memory_->region(), memory_->acc_bytes(chunk.offset), *peers_[static_cast<size_t>(step.peer)],
-                          target, bytes, codec_.data(id_, step.tag, chunk.index, round));
+                          target, bytes, codec_.data(id_, tag, chunk.index, round));
   memory_->count_traffic(2 * bytes);  // read here, written there
   observe([&](RoundObserver& o) { o.wrote(bytes); });
   sent(step.peer, bytes);

@@ -40,9 +40,10 @@ DirectExecutor::DirectExecutor(int ranks, int rank, size_t count, size_t block_e
 size_t DirectExecutor::slice_offset(int rank) const { return block_offset(count_, ranks_, rank); }
 size_t DirectExecutor::slice_elems(int rank) const { return block_elems(count_, ranks_, rank); }
 
-void DirectExecutor::begin_round() {
+void DirectExecutor::begin_round(bool announce_start) {
   phase_ = 0;
   phase_done_ = false;
+  started_ = announce_start;
 }
 
 void DirectExecutor::end_round(uint64_t round) {
@@ -50,6 +51,7 @@ void DirectExecutor::end_round(uint64_t round) {
     std::fill(phase.from.begin(), phase.from.end(), 0);
     phase.count = 0;
   }
+  started_by_[round & 1] = -1;
   phase_ = kPhases;
 }
 
@@ -84,8 +86,9 @@ bool DirectExecutor::run(uint64_t round, ExecutorPort& port) {
     if (!phase_done_) {
       port.step_started(round, phase_);
       work(phase_, round, port);
+      const uint32_t tag = phase_ == 0 && started_ ? kStartedReady : phase_;
       for (int peer = 0; peer < ranks_; ++peer)
-        if (peer != rank_) port.signal_peer(peer, phase_, round);
+        if (peer != rank_) port.signal_peer(peer, tag, round);
       phase_done_ = true;
     }
     if (heard_[round & 1][phase_].count < ranks_ - 1) return false;
@@ -99,18 +102,20 @@ bool DirectExecutor::run(uint64_t round, ExecutorPort& port) {
 
 bool DirectExecutor::on_data(uint64_t round, uint64_t completed, uint32_t tag, uint32_t chunk) {
   if (stale_data_round(round, completed, handle_, duplicates_)) return false;
-  if (tag >= kPhases)
-    fail(Errc::protocol, "direct-plan notice for handle " + std::to_string(handle_) + " with phase " +
-                             std::to_string(tag) + " (the plan has " + std::to_string(kPhases) + ")");
+  if (tag >= kTags)
+    fail(Errc::protocol, "direct-plan notice for handle " + std::to_string(handle_) + " with tag " +
+                             std::to_string(tag) + " (the plan uses " + std::to_string(kTags) + ")");
   if (chunk >= static_cast<uint32_t>(ranks_) || chunk == static_cast<uint32_t>(rank_))
     fail(Errc::protocol, "direct-plan notice for handle " + std::to_string(handle_) + " names rank " +
                              std::to_string(chunk) + " as its sender (this is rank " + std::to_string(rank_) +
                              " of " + std::to_string(ranks_) + ")");
-  Heard& heard = heard_[round & 1][tag];
+  const bool started = tag == kStartedReady;
+  Heard& heard = heard_[round & 1][started ? 0 : tag];
   if (heard.from[chunk]) {
     ++duplicates_;
     return false;
   }
+  if (started) started_by_[round & 1] = static_cast<int>(chunk);
   heard.from[chunk] = 1;
   ++heard.count;
   ++moves_;

@@ -33,7 +33,7 @@ ChosenExecutor choose_executor(const ExecutorInputs& in) {
   PlanQuery query;
   query.bytes = static_cast<uint64_t>(total_elems) * in.acc_elem_bytes;
   query.direct_possible = !in.flat_plan && in.ranks > 1 && static_cast<uint32_t>(in.ranks) <= in.max_chunks &&
-                          DirectExecutor::kPhases <= in.max_tags && in.peers_mapped;
+                          DirectExecutor::kTags <= in.max_tags && in.peers_mapped;
   query.nodes_possible = !in.flat_plan && spans_shared_nodes(in.node_of, in.ranks);
   // node_rails' tags grow with the node size (reduce_plan.hpp): where the notifications
   // cannot number them the row does not apply, and the next rule's plan runs.
@@ -64,7 +64,10 @@ ChosenExecutor choose_executor(const ExecutorInputs& in) {
     const size_t block = std::min(chunk_elems, std::max<size_t>(1, 65536 / in.acc_elem_bytes));
     chosen.executor = std::make_unique<DirectExecutor>(in.ranks, in.rank, total_elems, block, in.handle);
   } else {
-    chosen.executor = std::make_unique<PlanExecutor>(std::move(plan), in.inject_bytes / in.acc_elem_bytes, in.handle);
+    // A start is marked on the exchange's tag + tag_count, where the notifications number it.
+    const bool marks_starts = 2 * static_cast<uint64_t>(plan.tag_count) <= in.max_tags;
+    chosen.executor =
+        std::make_unique<PlanExecutor>(std::move(plan), in.inject_bytes / in.acc_elem_bytes, in.handle, marks_starts);
   }
   return chosen;
 }

@@ -14,8 +14,8 @@ void PlanExecutor::Arrivals::clear() {
   handled = prefix = credited = 0;
 }
 
-PlanExecutor::PlanExecutor(ReducePlan plan, size_t inject_elems, uint32_t handle)
-    : plan_(std::move(plan)), inject_elems_(inject_elems), handle_(handle) {
+PlanExecutor::PlanExecutor(ReducePlan plan, size_t inject_elems, uint32_t handle, bool marks_starts)
+    : plan_(std::move(plan)), inject_elems_(inject_elems), handle_(handle), marks_starts_(marks_starts) {
   // A last step that receives and reduces the whole vector (recursive doubling without a
   // fold-in post step) produces final values chunk by chunk: they can be handed to the
   // application while still in cache instead of in a second pass at the end.
@@ -26,8 +26,11 @@ PlanExecutor::PlanExecutor(ReducePlan plan, size_t inject_elems, uint32_t handle
     break;
   }
   send_step_of_tag_.assign(plan_.tag_count, -1);
-  for (size_t i = 0; i < plan_.steps.size(); ++i)
+  peer_of_tag_.assign(plan_.tag_count, -1);
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
     if (plan_.steps[i].sends()) send_step_of_tag_[plan_.steps[i].tag] = static_cast<int>(i);
+    if (plan_.steps[i].receives()) peer_of_tag_[plan_.steps[i].tag] = plan_.steps[i].peer;
+  }
   credit_.assign(plan_.tag_count, 0);
   sent_.assign(plan_.tag_count, 0);
   for (auto& per_parity : arrivals_) {
@@ -40,7 +43,13 @@ PlanExecutor::PlanExecutor(ReducePlan plan, size_t inject_elems, uint32_t handle
   }
 }
 
-void PlanExecutor::begin_round() {
+bool PlanExecutor::announces_start_to(int peer) const {
+  return marks_starts_ && !plan_.steps.empty() && plan_.steps[0].sends() && plan_.steps[0].peer == peer;
+}
+
+void PlanExecutor::begin_round(bool announce_start) {
+  // Only a first step that sends at once can carry the mark (announces_start_to).
+  announce_start_ = announce_start && !plan_.steps.empty() && announces_start_to(plan_.steps[0].peer);
   step_ = 0;
   step_traced_ = false;
   posted_chunks_ = 0;
@@ -51,6 +60,7 @@ void PlanExecutor::begin_round() {
 
 void PlanExecutor::end_round(uint64_t round) {
   for (Arrivals& tag : arrivals_[round & 1]) tag.clear();
+  started_by_[round & 1] = -1;
 }
 
 void PlanExecutor::settle(ExecutorPort& port) {
@@ -97,7 +107,10 @@ bool PlanExecutor::post_sends(const Step& step, uint64_t round, ExecutorPort& po
   if (send.chunk(0).count > inject_elems_) large_writes_pending_ = true;
   for (; posted_chunks_ < chunks; ++posted_chunks_) {
     if (send.sequence(round, posted_chunks_) >= free_below) break;
-    port.write_chunk(step, send.chunk(posted_chunks_), round);
+    // The round's first write of a rank that started it says so (announces_start_to).
+    const uint32_t tag = announce_start_ ? step.tag + plan_.tag_count : step.tag;
+    announce_start_ = false;
+    port.write_chunk(step, send.chunk(posted_chunks_), round, tag);
   }
   if (!send.lands_in_result()) sent_[step.tag] = send.sequence(round, posted_chunks_);
   return posted_chunks_ == chunks;
@@ -158,6 +171,9 @@ void PlanExecutor::credit_sender(const Step& step, uint64_t round, bool finished
 
 bool PlanExecutor::on_data(uint64_t round, uint64_t completed, uint32_t tag, uint32_t chunk) {
   if (stale_data_round(round, completed, handle_, duplicates_)) return false;
+  // A tag above the plan's is an exchange's, marked: its sender started the round.
+  const bool started = marks_starts_ && tag >= plan_.tag_count && tag < 2 * plan_.tag_count;
+  if (started) tag -= plan_.tag_count;
   if (tag >= plan_.tag_count)
     fail(Errc::protocol, "data for handle " + std::to_string(handle_) + " with exchange tag " + std::to_string(tag) +
                              " (this plan has " + std::to_string(plan_.tag_count) + ")");
@@ -171,6 +187,7 @@ bool PlanExecutor::on_data(uint64_t round, uint64_t completed, uint32_t tag, uin
   }
   arrivals.seen[chunk] = 1;
   arrivals.order.push_back(chunk);
+  if (started) started_by_[round & 1] = peer_of_tag_[tag];
   ++moves_;
   return true;
 }

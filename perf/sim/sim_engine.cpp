@@ -162,10 +162,10 @@ class RankEngine final : public ExecutorPort {
   }
 
   // ExecutorPort: what the plan does, as communications and simulated CPU time.
-  void write_chunk(const Step& step, const Chunk& chunk, uint64_t round) override {
+  void write_chunk(const Step& step, const Chunk& chunk, uint64_t round, uint32_t tag) override {
     spend(costs_.post_s);
     const uint64_t bytes = chunk.count * kAccBytes;
-    send(notice(Message::Kind::data, step.peer, round, step.tag, chunk.index), bytes, bytes > costs_.inject_bytes);
+    send(notice(Message::Kind::data, step.peer, round, tag, chunk.index), bytes, bytes > costs_.inject_bytes);
   }
   void reduce_chunk(const Step&, const Chunk& chunk, uint64_t round, bool final) override {
     reduce(chunk.count);
@@ -258,7 +258,16 @@ class RankEngine final : public ExecutorPort {
     if (m.mode != mode_ || !executor_) return;  // an earlier mode's straggling notice
     if (m.kind != Message::Kind::post) spend(costs_.notice_s);
     switch (m.kind) {
-      case Message::Kind::data: executor_->on_data(m.round, completed_, m.tag, m.chunk); return;
+      case Message::Kind::data:
+        // As the engine: a notice that says its sender started the round activates it.
+        if (executor_->on_data(m.round, completed_, m.tag, m.chunk)) {
+          const int starter = executor_->started_by(m.round);
+          if (starter >= 0 && m.round >= activated_) {
+            activated_ = m.round + 1;
+            if (trace_) trace_->activation_received(m.round, starter);
+          }
+        }
+        return;
       case Message::Kind::credit: executor_->on_credit(m.round, m.tag, m.chunk); return;
       case Message::Kind::activation: {
         const bool known = m.round < activated_;
@@ -326,20 +335,25 @@ class RankEngine final : public ExecutorPort {
       view.max_lag = max_lag_;
       switch (decide_join(*policy_, view, joined_, policy_now, [] { return false; })) {
         case JoinDecision::wait: return;
-        case JoinDecision::initiate:
-          for (const int peer : activation::start_targets(policy_->spread(), rank_, *trees_))
-            send_activation(peer, static_cast<uint32_t>(rank_), joined_);
-          activated_ = std::max(activated_, joined_ + 1);
-          initiated_current_ = true;
-          {
-            int& initiator = job_.rounds_[joined_].initiator;
-            initiator = initiator < 0 ? rank_ : std::min(initiator, rank_);
-          }
-          if (trace_) trace_->activation_sent(joined_, rank_);
-          [[fallthrough]];
+        case JoinDecision::initiate: initiate(joined_); [[fallthrough]];
         case JoinDecision::join: join(joined_); break;
       }
     }
+  }
+
+  void initiate(uint64_t round) {
+    // As the engine: no activation to a part of the tree that hears the first notice.
+    const auto announced = [this](int peer) { return executor_->announces_start_to(peer); };
+    announce_start_ = false;
+    for (const int peer : activation::start_targets(policy_->spread(), rank_, *trees_)) {
+      if (activation::hear_directly(policy_->spread(), rank_, peer, *trees_, announced)) announce_start_ = true;
+      else send_activation(peer, static_cast<uint32_t>(rank_), round);
+    }
+    activated_ = std::max(activated_, round + 1);
+    initiated_current_ = true;
+    int& initiator = job_.rounds_[round].initiator;
+    initiator = initiator < 0 ? rank_ : std::min(initiator, rank_);
+    if (trace_) trace_->activation_sent(round, rank_);
   }
 
   void join(uint64_t round) {
@@ -360,7 +374,7 @@ class RankEngine final : public ExecutorPort {
       max_late_run_ = std::max(max_late_run_, late_run_);
     }
     if (trace_) trace_->joined(round, fresh, fresh && flush_posted_, carried);
-    executor_->begin_round();
+    executor_->begin_round(initiated_current_ && announce_start_);
     ++joined_;
   }
 
@@ -414,6 +428,7 @@ class RankEngine final : public ExecutorPort {
   bool flush_posted_ = false;
   bool late_post_ = false;         // the round posted last was joined before its post
   bool initiated_current_ = false; // this rank activated the active round
+  bool announce_start_ = false;    // its first notices say so (RoundExecutor::begin_round)
   std::unique_ptr<TraceObserver> trace_;
   bool carry_ = false;             // a late sendbuf waits in the carry
   uint64_t awaited_ = UINT64_MAX;  // the round the application waits for

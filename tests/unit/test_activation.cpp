@@ -474,3 +474,32 @@ TEST_CASE("a malformed node map is refused, naming the problem") {
   check_refused({0, 1, 3}, "rank 2 is on node 3");
   check_refused({0, 2, 2}, "node 1 has no rank");
 }
+
+TEST_CASE("an initiator leaves its activation unsent only where the target and all it would reach hear it directly") {
+  const auto set = [](std::vector<int> ranks) {
+    return [ranks](int r) { return std::find(ranks.begin(), ranks.end(), r) != ranks.end(); };
+  };
+  for (const Spread spread : {Spread::own_tree, Spread::flood}) {
+    CAPTURE(static_cast<int>(spread));
+    // P = 2: the other rank is a leaf whichever tree.
+    CHECK(activation::hear_directly(spread, 0, 1, Trees(2), set({1})));
+    CHECK(activation::hear_directly(spread, 1, 0, Trees(2), set({0})));
+    CHECK_FALSE(activation::hear_directly(spread, 0, 1, Trees(2), set({})));
+  }
+  // Own tree over 4 ranks rooted at 0: 0 -> 1, 2; 1 -> 3. Rank 1 passes it on to 3.
+  CHECK_FALSE(activation::hear_directly(Spread::own_tree, 0, 1, Trees(4), set({1})));
+  CHECK(activation::hear_directly(Spread::own_tree, 0, 1, Trees(4), set({1, 3})));
+  CHECK(activation::hear_directly(Spread::own_tree, 0, 2, Trees(4), set({2})));
+  // The flood tree is the one rooted at 0 (0 - 1, 0 - 2, 1 - 3): from rank 2, rank 0
+  // passes it on to 1, which passes it on to 3.
+  CHECK_FALSE(activation::hear_directly(Spread::flood, 2, 0, Trees(4), set({0})));
+  CHECK_FALSE(activation::hear_directly(Spread::flood, 2, 0, Trees(4), set({0, 1})));
+  CHECK(activation::hear_directly(Spread::flood, 2, 0, Trees(4), set({0, 1, 3})));
+  CHECK(activation::hear_directly(Spread::flood, 0, 2, Trees(4), set({2})));
+  // Everyone hears (the direct plan): no activation at all, from any initiator.
+  for (const Spread spread : {Spread::own_tree, Spread::flood})
+    for (int size : {3, 8, 13})
+      for (int rank = 0; rank < size; ++rank)
+        for (const int to : activation::start_targets(spread, rank, Trees(size)))
+          CHECK(activation::hear_directly(spread, rank, to, Trees(size), [](int) { return true; }));
+}

@@ -35,7 +35,7 @@ struct Job;
 struct RankPort final : ExecutorPort {
   Job* job = nullptr;
   int rank = 0;
-  void write_chunk(const Step&, const Chunk&, uint64_t) override { FAIL("the direct plan wrote a chunk"); }
+  void write_chunk(const Step&, const Chunk&, uint64_t, uint32_t) override { FAIL("the direct plan wrote a chunk"); }
   void reduce_chunk(const Step&, const Chunk&, uint64_t, bool) override { FAIL("the direct plan reduced a chunk"); }
   void send_credit(const Step&, uint64_t, uint32_t) override { FAIL("the direct plan sent a credit"); }
   void settle_writes() override {}
@@ -71,11 +71,14 @@ struct Job {
     for (int r = 0; r < p; ++r) join(r);
   }
 
+  // The rank that starts `round` (it initiated it), or -1: every third round nobody does.
+  int starter(uint64_t round) const { return round % 3 == 2 ? -1 : static_cast<int>((round * 5) % ranks); }
+
   void join(int r) {
     const uint64_t round = completed[static_cast<size_t>(r)];
     for (size_t i = 0; i < count; ++i) work[static_cast<size_t>(r)][i] = contribution(r, round, i);
     std::fill(delivered[static_cast<size_t>(r)].begin(), delivered[static_cast<size_t>(r)].end(), 0);
-    executors[static_cast<size_t>(r)].begin_round();
+    executors[static_cast<size_t>(r)].begin_round(starter(round) == r);
   }
 
   // Runs every rank to `rounds` rounds, delivering notices in random order.
@@ -105,7 +108,11 @@ struct Job {
         REQUIRE(work[static_cast<size_t>(r)][i] == sum);
         REQUIRE(delivered[static_cast<size_t>(r)][i] == 1);
       }
+      // Every peer of the rank that started the round heard it say so (itself hears nobody).
+      const int started = starter(round);
+      REQUIRE(executors[static_cast<size_t>(r)].started_by(round) == (started == r ? -1 : started));
       executors[static_cast<size_t>(r)].end_round(round);
+      REQUIRE(executors[static_cast<size_t>(r)].started_by(round) == -1);
       ++completed[static_cast<size_t>(r)];
       if (completed[static_cast<size_t>(r)] < rounds) join(r);
     }
@@ -179,24 +186,59 @@ TEST_CASE("direct plan: duplicates are ignored, impossible notices are protocol 
     }
   };
   protocol(2, 0, 2, "round 2");                   // beyond the next round
-  protocol(0, DirectExecutor::kPhases, 2, "phase 3");
+  protocol(0, DirectExecutor::kTags, 2, "tag 4");
   protocol(0, 0, 4, "names rank 4");               // not a rank of the job
   protocol(0, 0, 1, "names rank 1");               // this rank itself
   CHECK_THROWS_AS(executor.on_credit(0, 0, 0), Error);
   CHECK_THROWS_AS(DirectExecutor(1, 0, 10, 1, 0), Error);
 }
 
+TEST_CASE("direct plan: a rank that started the round says so in its ready notice, which counts as ready") {
+  DirectExecutor executor(3, 0, 30, 8, 0);
+  std::vector<uint32_t> tags;
+  struct Recorder final : ExecutorPort {
+    std::vector<uint32_t>* tags = nullptr;
+    void write_chunk(const Step&, const Chunk&, uint64_t, uint32_t) override {}
+    void reduce_chunk(const Step&, const Chunk&, uint64_t, bool) override {}
+    void send_credit(const Step&, uint64_t, uint32_t) override {}
+    void settle_writes() override {}
+    void signal_peer(int, uint32_t tag, uint64_t) override { tags->push_back(tag); }
+    void reduce_from_peer(int, size_t, size_t, uint64_t) override {}
+    void copy_from_peer(int, size_t, size_t, uint64_t) override {}
+  } port;
+  port.tags = &tags;
+  CHECK(executor.announces_start_to(1));
+  CHECK(executor.announces_start_to(2));
+  CHECK_FALSE(executor.announces_start_to(0));  // itself
+  executor.begin_round(true);
+  CHECK_FALSE(executor.run(0, port));
+  CHECK(tags == std::vector<uint32_t>{DirectExecutor::kStartedReady, DirectExecutor::kStartedReady});
+  CHECK(executor.started_by(0) == -1);
+  CHECK(executor.on_data(0, 0, DirectExecutor::kStartedReady, 2));
+  CHECK(executor.started_by(0) == 2);
+  CHECK(executor.started_by(1) == -1);
+  CHECK_FALSE(executor.on_data(0, 0, 0, 2));  // rank 2's ready notice again: a duplicate
+  CHECK(executor.on_data(0, 0, 0, 1));
+  CHECK(executor.awaited_peer() == -1);       // phase 0 is complete: both peers are ready
+  executor.end_round(0);
+  CHECK(executor.started_by(0) == -1);
+  tags.clear();
+  executor.begin_round(false);
+  CHECK_FALSE(executor.run(2, port));
+  CHECK(tags == std::vector<uint32_t>{0, 0});
+}
+
 TEST_CASE("direct plan: the awaited peer is the first one not heard from in the active phase") {
   DirectExecutor executor(3, 0, 30, 8, 0);
   struct Quiet final : ExecutorPort {
-    void write_chunk(const Step&, const Chunk&, uint64_t) override {}
+    void write_chunk(const Step&, const Chunk&, uint64_t, uint32_t) override {}
     void reduce_chunk(const Step&, const Chunk&, uint64_t, bool) override {}
     void send_credit(const Step&, uint64_t, uint32_t) override {}
     void settle_writes() override {}
     void signal_peer(int, uint32_t, uint64_t) override {}
   } port;
   CHECK(executor.awaited_peer() == -1);
-  executor.begin_round();
+  executor.begin_round(false);
   CHECK_FALSE(executor.run(0, port));
   CHECK(executor.awaited_peer() == 1);
   executor.on_data(0, 0, 0, 1);

@@ -432,6 +432,7 @@ class SimulatedJob {
     bool credit = false;
     std::size_t from = 0, to = 0;
     const Step* step = nullptr;  // the sender's step (data), the receiver's (credit)
+    std::uint32_t tag = 0;       // data: the notice's tag (the step's, or marked as a start)
     std::uint64_t round = 0;
     Chunk chunk;
     std::uint32_t credit_chunk = 0;
@@ -442,7 +443,7 @@ class SimulatedJob {
 
   struct Rank final : ExecutorPort {
     Rank(SimulatedJob& job_, std::size_t rank_, ReducePlan plan)
-        : job(job_), rank(rank_), executor(plan, job_.inject_elems_, 0) {
+        : job(job_), rank(rank_), executor(plan, job_.inject_elems_, 0, true) {
       work.resize(plan.count * kEsize);
       landing.assign(plan.landing_elems() * kEsize, std::byte{0x5a});
       occupied.assign(plan.landing_elems(), 0);
@@ -451,9 +452,11 @@ class SimulatedJob {
       auto* values = reinterpret_cast<std::int64_t*>(work.data());
       for (std::size_t i = 0; i < job.count_; ++i) values[i] = job.input(rank, round, i);
     }
+    // The rank that starts round t, whose first notice says so: t mod P.
+    bool starts(std::uint64_t t) const { return t % job.ranks_.size() == rank; }
     void start() {
       load_inputs();
-      executor.begin_round();
+      executor.begin_round(starts(round));
     }
     // One move: run the executor as far as it goes; true if anything happened.
     bool step() {
@@ -461,6 +464,11 @@ class SimulatedJob {
       const std::uint64_t before = executor.moves();
       if (!executor.run(round, *this)) return moved || executor.moves() != before;
       check_round();
+      // The starter's first notice reached the peer of its first exchange, marked.
+      const std::size_t starter = round % job.ranks_.size();
+      const bool told = starter != rank && job.ranks_[starter]->executor.announces_start_to(static_cast<int>(rank));
+      INFO(job.what_ << ": rank " << rank << " round " << round << " started by " << starter);
+      REQUIRE(executor.started_by(round) == (told ? static_cast<int>(starter) : -1));
       executor.end_round(round);
       if (++rounds_done == job.rounds_) {
         finished = true;
@@ -468,7 +476,7 @@ class SimulatedJob {
         executor.settle(*this);  // as the engine does before a new contribution
         ++round;
         load_inputs();
-        executor.begin_round();
+        executor.begin_round(starts(round));
       }
       return true;
     }
@@ -482,12 +490,13 @@ class SimulatedJob {
       }
     }
     // ExecutorPort
-    void write_chunk(const Step& s, const Chunk& chunk, std::uint64_t r) override {
+    void write_chunk(const Step& s, const Chunk& chunk, std::uint64_t r, std::uint32_t tag) override {
       moved = true;
       Message m;
       m.from = rank;
       m.to = static_cast<std::size_t>(s.peer);
       m.step = &s;
+      m.tag = tag;
       m.round = r;
       m.chunk = chunk;
       if (chunk.count <= job.inject_elems_) {
@@ -566,8 +575,9 @@ class SimulatedJob {
     {
       INFO(what_ << ": data of round " << m.round << " at rank " << m.to << " in round " << to.round);
       REQUIRE((m.round == to.round || m.round == to.round + 1));
-      CHECK(to.executor.on_data(m.round, to.round, m.step->tag, chunk.index));
-      if (m.duplicate) CHECK_FALSE(to.executor.on_data(m.round, to.round, m.step->tag, chunk.index));
+      CHECK(to.executor.on_data(m.round, to.round, m.tag, chunk.index));
+      if (m.tag != m.step->tag) CHECK(to.executor.started_by(m.round) == static_cast<int>(m.from));
+      if (m.duplicate) CHECK_FALSE(to.executor.on_data(m.round, to.round, m.tag, chunk.index));
     }
   }
 
@@ -1162,6 +1172,57 @@ TEST_CASE("transfers overlap only when both carry elements in a common range") {
   CHECK_FALSE(ranges_overlap(range(0, 10), range(10, 5)));
   CHECK_FALSE(ranges_overlap(range(10, 5), range(0, 10)));
   CHECK_FALSE(ranges_overlap(range(3, 0), range(0, 10)));
+}
+
+TEST_CASE("a rank that started the round marks its first write; the peer names it, and unmarked plans refuse the mark") {
+  struct Recorder final : ExecutorPort {
+    std::vector<std::uint32_t> tags;
+    void write_chunk(const Step&, const Chunk&, std::uint64_t, std::uint32_t tag) override { tags.push_back(tag); }
+    void reduce_chunk(const Step&, const Chunk&, std::uint64_t, bool) override {}
+    void send_credit(const Step&, std::uint64_t, std::uint32_t) override {}
+    void settle_writes() override {}
+  };
+  // Two ranks, 16 elements in chunks of 4: one exchange of four chunks each way.
+  const ReducePlan plan0 = make_plan(ReduceAlgorithm::recursive_doubling, 2, 0, 16, 4);
+  const ReducePlan plan1 = make_plan(ReduceAlgorithm::recursive_doubling, 2, 1, 16, 4);
+  const std::uint32_t tag = plan0.steps.at(0).tag;
+  const std::uint32_t marked = tag + plan0.tag_count;
+  PlanExecutor starter(plan0, 0, 7, true);
+  CHECK(starter.announces_start_to(1));
+  CHECK_FALSE(starter.announces_start_to(0));
+  CHECK_FALSE(PlanExecutor(plan0, 0, 7, false).announces_start_to(1));
+  Recorder port;
+  starter.begin_round(true);
+  CHECK_FALSE(starter.run(0, port));
+  CHECK(port.tags == std::vector<std::uint32_t>{marked, tag, tag, tag});
+  starter.end_round(0);
+  port.tags.clear();
+  starter.begin_round(false);
+  CHECK_FALSE(starter.run(1, port));
+  CHECK(port.tags == std::vector<std::uint32_t>{tag, tag, tag, tag});
+
+  PlanExecutor peer(plan1, 0, 7, true);
+  peer.begin_round(false);
+  CHECK(peer.started_by(0) == -1);
+  CHECK(peer.on_data(0, 0, marked, 0));
+  CHECK(peer.started_by(0) == 0);
+  CHECK(peer.started_by(1) == -1);
+  CHECK_FALSE(peer.on_data(0, 0, tag, 0));  // the same chunk again, unmarked: a duplicate
+  CHECK(peer.on_data(0, 0, tag, 1));
+  peer.end_round(0);
+  CHECK(peer.started_by(0) == -1);
+  const auto refused = [](PlanExecutor& executor, std::uint32_t t) {
+    try {
+      executor.on_data(0, 0, t, 0);
+      FAIL("tag " << t << " accepted");
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::protocol);
+      CHECK(std::string(e.what()).find("exchange tag") != std::string::npos);
+    }
+  };
+  PlanExecutor unmarked(plan1, 0, 7, false);
+  refused(unmarked, marked);
+  refused(peer, 2 * plan1.tag_count);
 }
 
 TEST_CASE("a single rank has nothing to exchange") {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -93,6 +94,12 @@ struct Relay {
 };
 std::optional<Relay> relay(Spread spread, int rank, const Trees& trees, uint32_t detail, bool known);
 std::optional<Relay> relay(Spread spread, int rank, int size, uint32_t detail, bool known);  // flat
+
+// Whether initiator `rank` may leave its activation to start target `to` unsent, because
+// `to` and every rank the activation would reach through `to` (relay, recursively) hear of
+// the start from `rank` itself (`hears(r)`: the reduction's first notice reaches r and
+// says so; RoundExecutor::announces_start_to). Those ranks then pass nothing on.
+bool hear_directly(Spread spread, int rank, int to, const Trees& trees, const std::function<bool(int)>& hears);
 
 // Whether `a` and `b` are joined by an edge of the binomial tree rooted at `root`.
 bool is_tree_neighbour(int a, int b, int root, int size);

@@ -117,6 +117,7 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   void complete_round();
   void fill_info(uint64_t round, RoundInfo& info);
   void on_activation(const Notice& notice);
+  void started_by_peer(uint64_t round);
   // Quorum: counts this rank's arrival at `round` (the lock is released while the remote
   // atomic is in flight).
   void count_arrival(std::unique_lock<std::mutex>& lock, uint64_t round);
@@ -134,7 +135,7 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   uint64_t epoch() const { return epoch_ + (executor_ ? executor_->moves() : 0); }
 
   // ExecutorPort: the plan's chunks over the transport, into this handle's memory.
-  void write_chunk(const Step& step, const Chunk& chunk, uint64_t round) override;
+  void write_chunk(const Step& step, const Chunk& chunk, uint64_t round, uint32_t tag) override;
   void reduce_chunk(const Step& step, const Chunk& chunk, uint64_t round, bool final) override;
   void send_credit(const Step& step, uint64_t round, uint32_t chunk) override;
   void settle_writes() override;
@@ -201,6 +202,7 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   // flat under PCOLL_PLAN=flat.
   activation::Trees trees_{1};
   bool initiated_current_ = false;  // this rank activated the active round
+  bool announce_start_ = false;     // its first notices say so (initiate, RoundExecutor::begin_round)
   bool active_flush_ = false;       // the active round is a flush
   uint64_t epoch_ = 0;              // the engine's own moves (epoch() adds the executor's)
   uint64_t probe_epoch_ = 0;        // epoch() when probe_locked last saw it change

@@ -7,6 +7,9 @@
 // said it finished that phase (a data notice: tag = phase, chunk = the sender's rank):
 //
 //   0 ready     the work buffer holds this rank's contribution; nothing to do but say so.
+//               A rank that started the round (it initiated it) says so with tag
+//               kStartedReady instead of 0: every peer hears it as it joins, so that notice
+//               is the round's activation and the engine sends none (announces_start).
 //   1 reduced   slice r of every peer's work buffer is reduced into slice r of this
 //               rank's, in rank order, a cache block at a time (every source of one block
 //               before the next block): slice r is final here.
@@ -36,7 +39,9 @@ namespace pcoll {
 
 class DirectExecutor final : public RoundExecutor {
  public:
-  static constexpr uint32_t kPhases = 3;  // ready, reduced, gathered: the tags it uses
+  static constexpr uint32_t kPhases = 3;       // ready, reduced, gathered: tags 0..2
+  static constexpr uint32_t kStartedReady = 3;  // phase 0 of a rank that started the round
+  static constexpr uint32_t kTags = 4;          // the tags it uses
 
   // `block_elems`: the cache block of the reduction and the copies (>= 1). `handle` names
   // the handle in protocol errors.
@@ -44,7 +49,9 @@ class DirectExecutor final : public RoundExecutor {
 
   const char* algorithm() const override { return "direct"; }
   size_t step_count() const override { return kPhases; }
-  void begin_round() override;
+  void begin_round(bool announce_start) override;
+  bool announces_start_to(int peer) const override { return peer != rank_; }
+  int started_by(uint64_t round) const override { return started_by_[round & 1]; }
   bool run(uint64_t round, ExecutorPort& port) override;
   void end_round(uint64_t round) override;
   bool on_data(uint64_t round, uint64_t completed, uint32_t tag, uint32_t chunk) override;
@@ -68,6 +75,7 @@ class DirectExecutor final : public RoundExecutor {
   uint32_t handle_;
   uint32_t phase_ = kPhases;  // the active phase; kPhases: no round active
   bool phase_done_ = false;   // this rank did the active phase's work and said so
+  bool started_ = false;      // this rank started the active round
   uint64_t round_ = 0;        // the active round (for awaited_peer)
   // [round parity][phase]: which peers said they finished it, and how many.
   struct Heard {
@@ -75,6 +83,7 @@ class DirectExecutor final : public RoundExecutor {
     int count = 0;
   };
   Heard heard_[2][kPhases];
+  int started_by_[2] = {-1, -1};  // [round parity]: the rank that said it started the round
   uint64_t moves_ = 0;
   uint64_t duplicates_ = 0;
 };

@@ -23,13 +23,20 @@ class PlanExecutor final : public RoundExecutor {
  public:
   // `inject_elems`: writes of up to this many elements complete locally at once (the
   // provider's inject size); larger ones must be settled before their source is reused.
-  // `handle` names the handle in protocol errors.
-  PlanExecutor(ReducePlan plan, size_t inject_elems, uint32_t handle);
+  // `handle` names the handle in protocol errors. `marks_starts`: the notifications number
+  // twice the plan's tags, so a rank that started a round can say so in its first notice
+  // (tag + tag_count; announces_start_to). Every rank of a handle decides it alike.
+  PlanExecutor(ReducePlan plan, size_t inject_elems, uint32_t handle, bool marks_starts = false);
 
   const ReducePlan& plan() const { return plan_; }
 
-  // A new round begins at step 0 (the engine joined it).
-  void begin_round() override;
+  // A new round begins at step 0 (the engine joined it). `announce_start`: the first chunk
+  // of the first exchange says that this rank started the round.
+  void begin_round(bool announce_start) override;
+  // The peer of the first exchange, when that step sends (at once: nothing precedes it)
+  // and the start can be marked.
+  bool announces_start_to(int peer) const override;
+  int started_by(uint64_t round) const override { return started_by_[round & 1]; }
   // Runs round `round` (the engine's active round) as far as arrivals, credits and the
   // execution rules allow. True once every step is done.
   bool run(uint64_t round, ExecutorPort& port) override;
@@ -94,6 +101,10 @@ class PlanExecutor final : public RoundExecutor {
   // reported reduced (credit), and how far our sends went.
   std::vector<uint64_t> credit_;
   std::vector<uint64_t> sent_;
+  std::vector<int> peer_of_tag_;      // [tag]: whom we receive that exchange from, or -1
+  bool marks_starts_ = false;
+  bool announce_start_ = false;       // the next write of this round carries the start mark
+  int started_by_[2] = {-1, -1};      // [round parity]: the peer whose notice said it started
   uint64_t duplicates_ = 0;
   uint64_t moves_ = 0;
 };

@@ -22,7 +22,9 @@ class ExecutorPort {
   // Write chunk `chunk` of `step`'s send for `round` to the step's peer and notify it: from
   // this rank's work buffer at chunk.offset, into the peer's work buffer (a transfer that
   // lands in the result) or its landing ring (send.landing_offset(round, chunk.index)).
-  virtual void write_chunk(const Step& step, const Chunk& chunk, uint64_t round) = 0;
+  // The notice carries `tag`: the step's, or the mark that says this rank started the
+  // round (PlanExecutor, announces_start_to).
+  virtual void write_chunk(const Step& step, const Chunk& chunk, uint64_t round, uint32_t tag) = 0;
   // Reduce the arrived chunk `chunk` of `step`'s recv for `round` from its landing position
   // into the work buffer. `final`: its elements are now final results (the last step of
   // recursive doubling), ready to be handed to the application.
@@ -61,8 +63,19 @@ class RoundExecutor {
   // The algorithm's name (the debug log, pcoll_allreduce's report) and its steps per round.
   virtual const char* algorithm() const = 0;
   virtual size_t step_count() const = 0;
-  // A new round begins at step 0 (the engine joined it).
-  virtual void begin_round() = 0;
+  // A new round begins at step 0 (the engine joined it). `announce_start`: this rank
+  // started it and sent the activation to no peer that hears its first notice (below), so
+  // those notices say that it started the round.
+  virtual void begin_round(bool announce_start) = 0;
+  // Whether this rank's first notice of every round goes to `peer` as the rank joins it
+  // and can say that the rank started the round: every peer on the direct plan; the peer
+  // of the first exchange of a chunked plan whose notifications have room for the mark.
+  // The engine sends no activation to a peer that hears it so and whose part of the
+  // activation tree all hears it so (activation::hear_directly).
+  virtual bool announces_start_to(int /*peer*/) const { return false; }
+  // The rank whose notice said that it started `round` (the active round or the next),
+  // or -1: none yet, or an executor that does not announce starts.
+  virtual int started_by(uint64_t /*round*/) const { return -1; }
   // Runs round `round` (the engine's active round) as far as arrivals and the execution
   // rules allow. True once every step is done.
   virtual bool run(uint64_t round, ExecutorPort& port) = 0;
