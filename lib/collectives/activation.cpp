@@ -178,6 +178,15 @@ bool hear_directly(Spread spread, int rank, int to, const Trees& trees, const st
   return covered(covered, to, static_cast<uint32_t>(rank));
 }
 
+StartPlan start_plan(Spread spread, int rank, const Trees& trees, const std::function<bool(int)>& hears) {
+  StartPlan plan;
+  for (const int to : start_targets(spread, rank, trees)) {
+    if (hear_directly(spread, rank, to, trees, hears)) plan.announce = true;
+    else plan.notify.push_back(to);
+  }
+  return plan;
+}
+
 Trees activation_trees(const std::vector<int>& node_of, int size, bool flat) {
   if (flat || node_of.size() != static_cast<size_t>(size)) return Trees(size);
   return Trees(node_of);

@@ -120,6 +120,8 @@ void Allreduce::prepare() {
   check_host_memory(HandleMemory::footprint(spec_, size_, chosen.landing_elems, policy_->counter_words()));
   memory_.reset(new HandleMemory(transport_, spec_, rank_, size_, chosen.landing_elems, policy_->counter_words(), *this));
   executor_ = std::move(chosen.executor);
+  start_plan_ = activation::start_plan(policy_->spread(), rank_, trees_,
+                                       [this](int peer) { return executor_->announces_start_to(peer); });
   if (!spec_.trace_dir.empty()) {
     trace_ = std::make_unique<TraceObserver>(
         spec_.trace_dir, spec_.trace_clock_skew_ns,
@@ -234,13 +236,7 @@ bool Allreduce::can_join(uint64_t round) {
 void Allreduce::initiate(uint64_t round) {
   // A peer that hears this rank's first notice of the round, and so does every rank it
   // would pass the activation on to, learns of the start from that notice instead.
-  const auto announced = [this](int peer) { return executor_->announces_start_to(peer); };
-  announce_start_ = false;
-  for (const int peer : activation::start_targets(policy_->spread(), rank_, trees_)) {
-    if (activation::hear_directly(policy_->spread(), rank_, peer, trees_, announced)) {
-      announce_start_ = true;
-      continue;
-    }
+  for (const int peer : start_plan_.notify) {
     transport_.notify(peer, codec_.activation(id_, static_cast<uint32_t>(rank_), round));
     sent(peer, 0);
   }
@@ -349,7 +345,7 @@ void Allreduce::join(uint64_t round) {
   memory_->set_late(round, !fresh);
   active_flush_ = flush;
   observe([&](RoundObserver& o) { o.joined(round, fresh, flush, carried); });
-  executor_->begin_round(initiated_current_ && announce_start_);
+  executor_->begin_round(initiated_current_ && start_plan_.announce);
   ++joined_;
   ++epoch_;
 }

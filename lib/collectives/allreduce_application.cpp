@@ -169,10 +169,13 @@ int Allreduce::awaited_peer() const {
 
 bool Allreduce::wait_for_round(RoundInfo* info, std::optional<Clock::time_point> deadline) {
   ProgressHold holding{comm_};
-  // When this waiter last saw the engine move. The clock is read once per change and every
-  // kClockEvery idle polls: in a VM a clock read can cost as much as the poll itself.
+  // When this waiter last saw the engine move, to within kClockEvery polls: the clock is read
+  // every kClockEvery polls, not at each change (a round moves several times; a clock read
+  // costs about 20 ns here, a twentieth of a small round), so a round that completes within
+  // its first polls reads it only at the start and the end of the call.
   constexpr unsigned kClockEvery = 16;
   auto moved_at = Clock::now();
+  bool moved = false;  // the engine moved since moved_at was read
   bool spinning = true;
   std::unique_lock lock(comm_.engine_mutex());
   // Counts this call as a waiter and its time as blocked; ends before the lock is released.
@@ -187,18 +190,22 @@ bool Allreduce::wait_for_round(RoundInfo* info, std::optional<Clock::time_point>
     }
   } waiting{*this, moved_at};
   uint64_t seen = epoch();  // written under the engine lock by whoever drives the engine
-  for (unsigned idle = 0;; ++idle) {
+  for (unsigned poll = 1, idle = 1;; ++poll, ++idle) {
     comm_.check_failed();
     comm_.drive_locked();
     if (deliver_if_ready_locked(info)) return true;
-    if (deadline && idle % kClockEvery == 0 && Clock::now() >= *deadline) return false;
+    if (deadline && poll % kClockEvery == 0 && Clock::now() >= *deadline) return false;
     if (epoch() != seen) {
       seen = epoch();
-      moved_at = Clock::now();
-      idle = 0;
+      moved = true;
+      idle = 1;
       spinning = true;
     } else if (idle % kClockEvery == 0) {
       const auto now = Clock::now();
+      if (moved) {
+        moved_at = now;
+        moved = false;
+      }
       const int peer = awaited_peer();
       // Only a waiter that heard nothing for a while asks whether the peer is alive.
       if (peer >= 0 && peer != rank_ && now - moved_at > probe_after(timeout_)) comm_.watch_locked(peer, timeout_);

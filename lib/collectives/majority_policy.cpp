@@ -18,9 +18,16 @@ class MajorityPolicy final : public StartPolicy {
   bool may_initiate(uint64_t round, int rank) const override { return rank == drawn(round); }
 
  private:
+  // The engine asks several times a round (starts, the result's check, the liveness probe).
   int drawn(uint64_t round) const {
-    return activation::majority_initiator(context().opts.seed, context().handle, round, context().size);
+    if (round != drawn_round_) {
+      drawn_round_ = round;
+      drawn_ = activation::majority_initiator(context().opts.seed, context().handle, round, context().size);
+    }
+    return drawn_;
   }
+  mutable uint64_t drawn_round_ = UINT64_MAX;
+  mutable int drawn_ = -1;
 };
 
 }  // namespace

@@ -25,6 +25,7 @@ class QuorumPolicy final : public StartPolicy {
   bool starts(uint64_t round, PolicyClock::time_point now) override {
     return reached_ == round || (grace_round_ == round && now >= grace_deadline_);
   }
+  bool starts_by_time(uint64_t round) const override { return reached_ != round && grace_round_ == round; }
 
   // Its arrival was counted, was not the k-th and runs no grace: it will not start the round.
   bool joins_when_posted(uint64_t round) const override {

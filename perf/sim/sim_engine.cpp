@@ -72,6 +72,8 @@ class RankEngine final : public ExecutorPort {
     inputs.handle = handle;
     executor_ = choose_executor(inputs).executor;
     trees_ = &job_.trees();
+    start_plan_ = activation::start_plan(policy_->spread(), rank_, *trees_,
+                                         [this](int peer) { return executor_->announces_start_to(peer); });
     max_lag_ = opts.max_lag;
     // A handle whose buffers (work buffer, what it reduces from, the caller's result) fit in
     // cache reduces and copies at the cached rates. A result block handed to the application
@@ -343,12 +345,7 @@ class RankEngine final : public ExecutorPort {
 
   void initiate(uint64_t round) {
     // As the engine: no activation to a part of the tree that hears the first notice.
-    const auto announced = [this](int peer) { return executor_->announces_start_to(peer); };
-    announce_start_ = false;
-    for (const int peer : activation::start_targets(policy_->spread(), rank_, *trees_)) {
-      if (activation::hear_directly(policy_->spread(), rank_, peer, *trees_, announced)) announce_start_ = true;
-      else send_activation(peer, static_cast<uint32_t>(rank_), round);
-    }
+    for (const int peer : start_plan_.notify) send_activation(peer, static_cast<uint32_t>(rank_), round);
     activated_ = std::max(activated_, round + 1);
     initiated_current_ = true;
     int& initiator = job_.rounds_[round].initiator;
@@ -374,7 +371,7 @@ class RankEngine final : public ExecutorPort {
       max_late_run_ = std::max(max_late_run_, late_run_);
     }
     if (trace_) trace_->joined(round, fresh, fresh && flush_posted_, carried);
-    executor_->begin_round(initiated_current_ && announce_start_);
+    executor_->begin_round(initiated_current_ && start_plan_.announce);
     ++joined_;
   }
 
@@ -428,7 +425,7 @@ class RankEngine final : public ExecutorPort {
   bool flush_posted_ = false;
   bool late_post_ = false;         // the round posted last was joined before its post
   bool initiated_current_ = false; // this rank activated the active round
-  bool announce_start_ = false;    // its first notices say so (RoundExecutor::begin_round)
+  activation::StartPlan start_plan_;  // what initiate() does (activation::start_plan)
   std::unique_ptr<TraceObserver> trace_;
   bool carry_ = false;             // a late sendbuf waits in the carry
   uint64_t awaited_ = UINT64_MAX;  // the round the application waits for

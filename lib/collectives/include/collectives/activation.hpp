@@ -101,6 +101,15 @@ std::optional<Relay> relay(Spread spread, int rank, int size, uint32_t detail, b
 // says so; RoundExecutor::announces_start_to). Those ranks then pass nothing on.
 bool hear_directly(Spread spread, int rank, int to, const Trees& trees, const std::function<bool(int)>& hears);
 
+// What initiator `rank` does whenever it starts a round, the same every round (a handle
+// works it out once): the start targets it sends the activation to, and whether its first
+// notices say that it started the round, for the targets that hear it directly.
+struct StartPlan {
+  std::vector<int> notify;
+  bool announce = false;
+};
+StartPlan start_plan(Spread spread, int rank, const Trees& trees, const std::function<bool(int)>& hears);
+
 // Whether `a` and `b` are joined by an edge of the binomial tree rooted at `root`.
 bool is_tree_neighbour(int a, int b, int root, int size);
 

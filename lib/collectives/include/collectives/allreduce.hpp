@@ -201,8 +201,8 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   // The activation trees: over the nodes where the job spans several (activation.hpp),
   // flat under PCOLL_PLAN=flat.
   activation::Trees trees_{1};
+  activation::StartPlan start_plan_;  // what initiate() does (activation::start_plan)
   bool initiated_current_ = false;  // this rank activated the active round
-  bool announce_start_ = false;     // its first notices say so (initiate, RoundExecutor::begin_round)
   bool active_flush_ = false;       // the active round is a flush
   uint64_t epoch_ = 0;              // the engine's own moves (epoch() adds the executor's)
   uint64_t probe_epoch_ = 0;        // epoch() when probe_locked last saw it change

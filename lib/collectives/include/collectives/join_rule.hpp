@@ -46,7 +46,8 @@ JoinDecision decide_join(StartPolicy& policy, const JoinView& view, uint64_t rou
   if (!posted && in_agreement()) return JoinDecision::wait;
   if (round < view.activated) return lag_allows(round, view.posted, view.max_lag) ? JoinDecision::join : JoinDecision::wait;
   if (!posted) return JoinDecision::wait;
-  if (policy.starts(round, now())) return JoinDecision::initiate;
+  if (policy.starts(round, policy.starts_by_time(round) ? now() : PolicyClock::time_point{}))
+    return JoinDecision::initiate;
   return policy.joins_when_posted(round) ? JoinDecision::join : JoinDecision::wait;
 }
 

@@ -56,6 +56,9 @@ class StartPolicy {
   // This rank's application posted `round`, which nobody has activated yet: whether this
   // rank starts it now (it then sends the activation).
   virtual bool starts(uint64_t round, PolicyClock::time_point now) = 0;
+  // Whether starts(round, now) reads `now` (a quorum's grace): the engine reads its clock
+  // for those only (a clock read costs a twentieth of a small round).
+  virtual bool starts_by_time(uint64_t /*round*/) const { return false; }
 
   // Whether a rank whose application posted `round`, which nobody has activated yet and
   // this rank does not start, joins it at once all the same, without starting it. Its
