@@ -27,17 +27,17 @@ for platform in fat-tree dragonfly; do
     run -n 4096 --platform $platform --model $model --steps 3 --modes sync,solo,majority,quorum
     run -n 16384 --platform $platform --model $model --steps 2 --modes sync,solo,majority,quorum
   done
-  # Balanced load: the round itself, per size (8 B, 64 KiB, 1 MiB, 16 MiB).
+  # Balanced load: the round itself, per size (8 B, 64 KiB, 1 MiB, 16 MiB), every mode.
   [[ $part == imbalance ]] && continue
   for P in 16 64 256 1024; do
     for count in 2 16384 262144 4194304; do
-      run -n $P --platform $platform --model none --compute-ms 0 --steps 5 --count $count --modes sync,majority
+      run -n $P --platform $platform --model none --compute-ms 0 --steps 5 --count $count --modes sync,solo,majority,quorum
     done
   done
   for count in 2 16384 262144; do
-    run -n 4096 --platform $platform --model none --compute-ms 0 --steps 3 --count $count --modes sync,majority
+    run -n 4096 --platform $platform --model none --compute-ms 0 --steps 3 --count $count --modes sync,solo,majority,quorum
   done
   for count in 2 262144; do
-    run -n 16384 --platform $platform --model none --compute-ms 0 --steps 2 --count $count --modes sync
+    run -n 16384 --platform $platform --model none --compute-ms 0 --steps 2 --count $count --modes sync,solo,majority,quorum
   done
 done
