@@ -315,7 +315,7 @@ void Allreduce::on_activation(const Notice& notice) {
 // starter sent that notice only where every rank below this one hears it too.
 void Allreduce::started_by_peer(uint64_t round) {
   const int starter = executor_->started_by(round);
-  if (starter < 0 || round < activated_) return;
+  if (!notice_activates(starter, round, activated_)) return;
   activated_ = round + 1;
   observe([&](RoundObserver& o) { o.activation_received(round, starter); });
 }

@@ -43,7 +43,7 @@ size_t DirectExecutor::slice_elems(int rank) const { return block_elems(count_, 
 void DirectExecutor::begin_round(bool announce_start) {
   phase_ = 0;
   phase_done_ = false;
-  started_ = announce_start;
+  announce_start_ = announce_start;
 }
 
 void DirectExecutor::end_round(uint64_t round) {
@@ -86,7 +86,7 @@ bool DirectExecutor::run(uint64_t round, ExecutorPort& port) {
     if (!phase_done_) {
       port.step_started(round, phase_);
       work(phase_, round, port);
-      const uint32_t tag = phase_ == 0 && started_ ? kStartedReady : phase_;
+      const uint32_t tag = phase_ == 0 && announce_start_ ? kStartedReady : phase_;
       for (int peer = 0; peer < ranks_; ++peer)
         if (peer != rank_) port.signal_peer(peer, tag, round);
       phase_done_ = true;

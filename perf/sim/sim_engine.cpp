@@ -264,7 +264,7 @@ class RankEngine final : public ExecutorPort {
         // As the engine: a notice that says its sender started the round activates it.
         if (executor_->on_data(m.round, completed_, m.tag, m.chunk)) {
           const int starter = executor_->started_by(m.round);
-          if (starter >= 0 && m.round >= activated_) {
+          if (notice_activates(starter, m.round, activated_)) {
             activated_ = m.round + 1;
             if (trace_) trace_->activation_received(m.round, starter);
           }

@@ -139,6 +139,18 @@ void RankPort::final_elements(size_t offset, size_t count, uint64_t) {
 
 }  // namespace
 
+// A port that records the tags of the notices it is asked to send, and does nothing else.
+struct TagRecorder final : ExecutorPort {
+  std::vector<uint32_t> tags;
+  void write_chunk(const Step&, const Chunk&, uint64_t, uint32_t) override {}
+  void reduce_chunk(const Step&, const Chunk&, uint64_t, bool) override {}
+  void send_credit(const Step&, uint64_t, uint32_t) override {}
+  void settle_writes() override {}
+  void signal_peer(int, uint32_t tag, uint64_t) override { tags.push_back(tag); }
+  void reduce_from_peer(int, size_t, size_t, uint64_t) override {}
+  void copy_from_peer(int, size_t, size_t, uint64_t) override {}
+};
+
 TEST_CASE("direct plan: every rank gets every round's sum, in any notice order, ranks running ahead") {
   for (const int ranks : {2, 3, 4, 5, 8}) {
     for (const size_t count : {size_t{1}, size_t{7}, size_t{64}, size_t{1001}}) {
@@ -195,18 +207,8 @@ TEST_CASE("direct plan: duplicates are ignored, impossible notices are protocol 
 
 TEST_CASE("direct plan: a rank that started the round says so in its ready notice, which counts as ready") {
   DirectExecutor executor(3, 0, 30, 8, 0);
-  std::vector<uint32_t> tags;
-  struct Recorder final : ExecutorPort {
-    std::vector<uint32_t>* tags = nullptr;
-    void write_chunk(const Step&, const Chunk&, uint64_t, uint32_t) override {}
-    void reduce_chunk(const Step&, const Chunk&, uint64_t, bool) override {}
-    void send_credit(const Step&, uint64_t, uint32_t) override {}
-    void settle_writes() override {}
-    void signal_peer(int, uint32_t tag, uint64_t) override { tags->push_back(tag); }
-    void reduce_from_peer(int, size_t, size_t, uint64_t) override {}
-    void copy_from_peer(int, size_t, size_t, uint64_t) override {}
-  } port;
-  port.tags = &tags;
+  TagRecorder port;
+  std::vector<uint32_t>& tags = port.tags;
   CHECK(executor.announces_start_to(1));
   CHECK(executor.announces_start_to(2));
   CHECK_FALSE(executor.announces_start_to(0));  // itself
@@ -230,13 +232,7 @@ TEST_CASE("direct plan: a rank that started the round says so in its ready notic
 
 TEST_CASE("direct plan: the awaited peer is the first one not heard from in the active phase") {
   DirectExecutor executor(3, 0, 30, 8, 0);
-  struct Quiet final : ExecutorPort {
-    void write_chunk(const Step&, const Chunk&, uint64_t, uint32_t) override {}
-    void reduce_chunk(const Step&, const Chunk&, uint64_t, bool) override {}
-    void send_credit(const Step&, uint64_t, uint32_t) override {}
-    void settle_writes() override {}
-    void signal_peer(int, uint32_t, uint64_t) override {}
-  } port;
+  TagRecorder port;
   CHECK(executor.awaited_peer() == -1);
   executor.begin_round(false);
   CHECK_FALSE(executor.run(0, port));

@@ -75,7 +75,7 @@ class DirectExecutor final : public RoundExecutor {
   uint32_t handle_;
   uint32_t phase_ = kPhases;  // the active phase; kPhases: no round active
   bool phase_done_ = false;   // this rank did the active phase's work and said so
-  bool started_ = false;      // this rank started the active round
+  bool announce_start_ = false;  // this round's ready notices say this rank started it
   uint64_t round_ = 0;        // the active round (for awaited_peer)
   // [round parity][phase]: which peers said they finished it, and how many.
   struct Heard {

@@ -30,6 +30,14 @@ inline bool lag_allows(uint64_t round, uint64_t posted, uint32_t max_lag) {
   return round < max_lag || posted >= round - max_lag + 1;
 }
 
+// A new data notice of `round` arrived and the executor says who started that round
+// (RoundExecutor::started_by: -1 for nobody): whether it activates the round, rounds below
+// `activated` being activated already. The caller then records round + 1, as for an
+// activation message, and passes nothing on.
+inline bool notice_activates(int starter, uint64_t round, uint64_t activated) {
+  return starter >= 0 && round >= activated;
+}
+
 // Whether the engine joins `round` (the round after the last one it joined) now. A
 // synchronous round and a flush wait for this rank's own post; an activated round waits
 // for bounded lag only; one nobody activated yet is joined when this rank posted it and
