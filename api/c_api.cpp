@@ -9,6 +9,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <api/foreign_bootstrap.hpp>
 #include <api/settings_catalog.hpp>
@@ -206,6 +207,18 @@ const char* pcoll_comm_provider(const pcoll_comm_t* comm) {
 
 const char* pcoll_comm_bootstrap(const pcoll_comm_t* comm) {
   return comm == nullptr ? "" : comm->comm->bootstrap_name().c_str();
+}
+
+int pcoll_comm_failed_ranks(const pcoll_comm_t* comm, int* ranks, int max, int* n) {
+  return guarded("pcoll_comm_failed_ranks", [&] {
+    require(comm != nullptr, "comm is NULL");
+    require(n != nullptr, "n is NULL");
+    require(max >= 0, "max is " + std::to_string(max) + "; it must be >= 0");
+    require(ranks != nullptr || max == 0, "ranks is NULL and max is " + std::to_string(max));
+    const std::vector<int> failed = comm->comm->failed_ranks();
+    std::copy_n(failed.begin(), std::min(failed.size(), static_cast<size_t>(max)), ranks);
+    *n = static_cast<int>(failed.size());
+  });
 }
 
 int pcoll_barrier(pcoll_comm_t* comm) {

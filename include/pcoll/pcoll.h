@@ -124,6 +124,13 @@ PCOLL_API const char *pcoll_last_error(void);     /* detailed message, per threa
 PCOLL_API const char *pcoll_comm_provider(const pcoll_comm_t *comm); /* e.g. "ucx:shm" */
 PCOLL_API const char *pcoll_comm_bootstrap(const pcoll_comm_t *comm); /* e.g. "pcollrun", "pmix" */
 PCOLL_API int pcoll_barrier(pcoll_comm_t *comm);
+/* Ranks of `comm` known to have failed, ascending: fills up to `max` of them into `ranks`
+ * (which may be NULL when max is 0) and sets *n to how many there are. Known here: named
+ * as the culprit of a failure this rank detected or another rank reported to it, the
+ * first failure and any later one (docs/reliability.md); this rank itself when another rank
+ * reported it failed. Empty on a communicator that has not failed, and after a failure
+ * that names nobody (a mismatch). Not collective; any thread, also after the failure. */
+PCOLL_API int pcoll_comm_failed_ranks(const pcoll_comm_t *comm, int *ranks, int max, int *n);
 /* The rank that may initiate `round` of a PCOLL_MODE_MAJORITY handle: hash(seed, handle,
  * round) mod P, the same on every rank. -1 with pcoll_last_error() set on bad input. */
 PCOLL_API int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t *h, uint64_t round);

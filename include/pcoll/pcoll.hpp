@@ -135,6 +135,20 @@ class communicator {
   int rank() const { return pcoll_comm_rank(comm_.get()); }
   int size() const { return pcoll_comm_size(comm_.get()); }
   std::string provider() const { return pcoll_comm_provider(comm_.get()); }
+  // Ranks known to have failed, ascending (pcoll_comm_failed_ranks).
+  std::vector<int> failed_ranks() const {
+    int n = 0;
+    detail::check(pcoll_comm_failed_ranks(comm_.get(), nullptr, 0, &n));
+    std::vector<int> ranks(static_cast<std::size_t>(n));
+    // More may have failed between the two calls: the second says how many there are now.
+    while (true) {
+      detail::check(pcoll_comm_failed_ranks(comm_.get(), ranks.data(), static_cast<int>(ranks.size()), &n));
+      if (static_cast<std::size_t>(n) <= ranks.size()) break;
+      ranks.resize(static_cast<std::size_t>(n));
+    }
+    ranks.resize(static_cast<std::size_t>(n));
+    return ranks;
+  }
   void barrier() { detail::check(pcoll_barrier(comm_.get())); }
   pcoll_comm_t* get() const { return comm_.get(); }
 

@@ -10,7 +10,8 @@ namespace pcoll {
 
 FailureDetector::FailureDetector(int rank, int size, PeerNotices& notices, Clock::time_point now)
     : rank_(rank), size_(size), notices_(notices), ping_sent_(static_cast<size_t>(size)),
-      last_heard_(static_cast<size_t>(size), now), knows_(static_cast<size_t>(size), false) {}
+      last_heard_(static_cast<size_t>(size), now), knows_(static_cast<size_t>(size), false),
+      named_(static_cast<size_t>(size), false) {}
 
 void FailureDetector::heard_from(int peer, Clock::time_point now) {
   ping_sent_[static_cast<size_t>(peer)].reset();
@@ -44,6 +45,7 @@ void FailureDetector::mark_failed(int culprit, const std::string& reason, Errc c
   if (code == Errc::ok) code = culprit >= 0 ? Errc::peer_failed : Errc::transport;
   {
     std::lock_guard lock(failure_mutex_);
+    if (culprit >= 0 && culprit < size_) named_[static_cast<size_t>(culprit)] = true;
     if (failed_.load(std::memory_order_relaxed)) return;
     failure_reason_ = reason;
     failure_code_ = static_cast<int>(code);
@@ -102,6 +104,14 @@ void FailureDetector::on_failure_notice(int sender, int culprit, const FailureRe
                   ? "rank " + std::to_string(culprit) + " (this rank) was reported failed by another rank: its "
                     "connection to this rank failed, or this rank did not answer it in time"
                   : "rank " + std::to_string(culprit) + " failed or stopped answering (reported by another rank)");
+}
+
+std::vector<int> FailureDetector::failed_ranks() const {
+  std::vector<int> ranks;
+  std::lock_guard lock(failure_mutex_);
+  for (int r = 0; r < size_; ++r)
+    if (named_[static_cast<size_t>(r)]) ranks.push_back(r);
+  return ranks;
 }
 
 bool FailureDetector::everyone_knows() const {

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include <pybind11/stl.h>
+
 #include <pcoll/private.h>
 
 namespace pcoll_python {
@@ -87,6 +89,17 @@ void Comm::create_refused(uint64_t count, const std::string& problem) {
   raise("allreduce", outcome);
 }
 
+std::vector<int> Comm::failed_ranks() const {
+  require_open("failed_ranks");
+  std::vector<int> ranks(static_cast<size_t>(state_->size));  // a rank is named at most once
+  int n = 0;
+  Outcome outcome;
+  outcome.capture(pcoll_comm_failed_ranks(state_->comm, ranks.data(), static_cast<int>(ranks.size()), &n));
+  if (!outcome.ok()) raise_outcome("failed_ranks", outcome);
+  ranks.resize(static_cast<size_t>(n));
+  return ranks;
+}
+
 void Comm::barrier() {
   require_open("barrier");
   Outcome outcome;
@@ -145,6 +158,7 @@ void add_comm_type(py::module_& m) {
       .def_property_readonly("provider", &Comm::provider)
       .def_property_readonly("bootstrap", &Comm::bootstrap)
       .def_property_readonly("closed", &Comm::closed)
+      .def_property_readonly("failed_ranks", &Comm::failed_ranks)
       .def(
           "_create",
           [](Comm& c, uint64_t count, int dtype, int op, int mode, int late, uint32_t max_lag, uint32_t sync_every,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "handle.hpp"
 
@@ -32,6 +33,8 @@ class Comm {
   const std::string& provider() const { return state_->provider; }
   const std::string& bootstrap() const { return state_->bootstrap; }
   bool closed() const { return state_->comm == nullptr; }
+  // pcoll_comm_failed_ranks: the ranks known to have failed, ascending.
+  std::vector<int> failed_ranks() const;
 
   // pcoll_allreduce_create with the parsed arguments; the C library agrees them across ranks.
   Allreduce create(const CreateArgs& args);

@@ -763,6 +763,20 @@ void invalid_arguments_and_call_order_are_refused(const Rank& me) {
   CHECK(pcoll_allreduce_wait(nullptr, nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
   CHECK(std::string(pcoll_strerror(PCOLL_ERR_MISMATCH)).size() > 0);
   CHECK(std::string(pcoll_strerror(12345)) == "unknown pcoll status");
+  {
+    // A live communicator lists no failed rank; its arguments are checked by name.
+    int failed[2] = {-1, -1}, n = -1;
+    CHECK(pcoll_comm_failed_ranks(me.comm, failed, 2, &n) == PCOLL_SUCCESS);
+    CHECK(n == 0);
+    CHECK(failed[0] == -1);
+    CHECK(pcoll_comm_failed_ranks(me.comm, nullptr, 0, &n) == PCOLL_SUCCESS);
+    CHECK(pcoll_comm_failed_ranks(nullptr, failed, 2, &n) == PCOLL_ERR_INVALID_ARGUMENT);
+    CHECK(pcoll_comm_failed_ranks(me.comm, failed, 2, nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(pcoll_last_error()).find("n is NULL") != std::string::npos);
+    CHECK(pcoll_comm_failed_ranks(me.comm, failed, -1, &n) == PCOLL_ERR_INVALID_ARGUMENT);
+    CHECK(pcoll_comm_failed_ranks(me.comm, nullptr, 2, &n) == PCOLL_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(pcoll_last_error()).find("ranks is NULL") != std::string::npos);
+  }
 
   REQUIRE(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) == PCOLL_SUCCESS);
   float send[4] = {1, 2, 3, 4}, recv[4];

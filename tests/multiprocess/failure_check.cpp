@@ -53,10 +53,18 @@ int run_child(pcoll_mode_t mode) {
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - died_at).count();
       const std::string message = pcoll_last_error();
       std::fprintf(stderr, "failure_check rank %d: round %d failed after %.0f ms: %s\n", rank, t, ms, message.c_str());
+      // The communicator lists the victim, and only it, as failed.
+      int failed[kRanks] = {-1, -1, -1}, count = -1;
+      const int listed = pcoll_comm_failed_ranks(comm, failed, kRanks, &count);
       pcoll_allreduce_destroy(h);
       pcoll_finalize(comm);
       if (rc != PCOLL_ERR_PEER_FAILED && rc != PCOLL_ERR_TIMEOUT) return kWrongError;
       if (message.find("rank " + std::to_string(kVictim)) == std::string::npos) return kWrongError;
+      if (listed != PCOLL_SUCCESS || count != 1 || failed[0] != kVictim) {
+        std::fprintf(stderr, "failure_check rank %d: pcoll_comm_failed_ranks gave %d, %d rank(s), first %d\n", rank,
+                     listed, count, failed[0]);
+        return kWrongError;
+      }
       return ms <= kTimeoutMs + 3000 ? kReportedVictim : kTooSlow;
     }
     if (t >= 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));

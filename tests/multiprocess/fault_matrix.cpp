@@ -191,13 +191,22 @@ class Rank {
     for (auto& c : message)
       if (c == '\n') c = ' ';
     int later = -1;  // no communicator to ask
+    std::string failed = "-";  // the ranks the communicator lists as failed, after the next call
     if (comm_ != nullptr) {
       const auto asked = Clock::now();
       later = pcoll_barrier(comm_);
       if (later != PCOLL_SUCCESS && ms_since(asked) > 1000) later = -2;  // an error, but not at once
+      std::vector<int> ranks(static_cast<size_t>(cell_.ranks));
+      int n = 0;
+      if (pcoll_comm_failed_ranks(comm_, ranks.data(), cell_.ranks, &n) != PCOLL_SUCCESS) n = 0;
+      failed.clear();
+      for (int i = 0; i < n; ++i) {
+        if (i > 0) failed += ',';
+        failed += std::to_string(ranks[static_cast<size_t>(i)]);
+      }
     }
-    std::printf("RESULT rank=%d call=%s rc=%d named=%d ms=%.0f since=%lld at=%lld later=%d msg=%s\n", rank_, call,
-                rc, named_rank(message), ms, steady_ms(since_), at, later, message.c_str());
+    std::printf("RESULT rank=%d call=%s rc=%d named=%d ms=%.0f since=%lld at=%lld later=%d failed=%s msg=%s\n", rank_,
+                call, rc, named_rank(message), ms, steady_ms(since_), at, later, failed.c_str(), message.c_str());
     std::fflush(stdout);
     cleanup();
     return 0;
@@ -252,6 +261,7 @@ struct Report {
   bool has_result = false;
   std::string call, msg;
   int rc = 0, named = -1, later = 0;
+  std::string failed;  // pcoll_comm_failed_ranks after the error, comma-separated; "-": no communicator
   double ms = 0;
   long long since = 0, at = 0;  // steady ms: started waiting, got the error
   std::optional<long long> fault_at;  // the victim's: when it faulted
@@ -292,7 +302,7 @@ Report parse(test::Process& process, std::optional<int> exit) {
       r.has_result = true;
       std::smatch m;
       if (std::regex_search(line, m, std::regex("call=(\\S+) rc=(-?\\d+) named=(-?\\d+) ms=(\\d+) since=(\\d+) "
-                                                "at=(\\d+) later=(-?\\d+) msg=(.*)"))) {
+                                                "at=(\\d+) later=(-?\\d+) failed=(\\S*) msg=(.*)"))) {
         r.call = m[1];
         r.rc = std::stoi(m[2]);
         r.named = std::stoi(m[3]);
@@ -300,7 +310,8 @@ Report parse(test::Process& process, std::optional<int> exit) {
         r.since = std::stoll(m[5]);
         r.at = std::stoll(m[6]);
         r.later = std::stoi(m[7]);
-        r.msg = m[8];
+        r.failed = m[8];
+        r.msg = m[9];
       }
     } else if (line.rfind("FAULT t=", 0) == 0) {
       r.fault_at = std::stoll(line.substr(8));
@@ -419,6 +430,8 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
     if (waited > limit)
       problems.push_back(who + s.call + " failed " + std::to_string(static_cast<int>(waited)) + " ms after the fault (limit " +
                          std::to_string(static_cast<int>(limit)) + ")");
+    if (s.failed != "-" && r != culprit && ("," + s.failed + ",").find("," + std::to_string(culprit) + ",") == std::string::npos)
+      problems.push_back(who + "pcoll_comm_failed_ranks lists '" + s.failed + "', without rank " + std::to_string(culprit));
     if (s.later == PCOLL_SUCCESS) problems.push_back(who + "the call after the error succeeded");
     if (s.later == -2) problems.push_back(who + "the call after the error took more than 1 s");
     if (!s.exit) problems.push_back(who + "hung in cleanup (destroy / finalize) after its error");

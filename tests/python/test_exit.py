@@ -103,16 +103,20 @@ def test_an_uncaught_exception_on_one_rank_is_peer_failed_naming_it_on_the_other
             time.sleep(0.5)  # the others are in their round by then
             raise RuntimeError("rank 1 gives up")
         started = time.monotonic()
+        assert comm.failed_ranks == []
         try:
             ar.run(buf, buf)
         except pcoll.PeerFailed as error:
             print(f"rank {comm.rank} after {time.monotonic() - started:.1f} s: {error}", flush=True)
             assert "rank 1" in str(error) and time.monotonic() - started < 10
+            assert comm.failed_ranks == [1], comm.failed_ranks
+            print(f"rank {comm.rank} lists {comm.failed_ranks}", flush=True)
     """, manual=True)
     assert status != 0, output  # rank 1's
     assert "RuntimeError: rank 1 gives up" in output, output
     for rank in (0, 2):
         assert f"rank {rank} after" in output, output
+        assert f"rank {rank} lists [1]" in output, output
     assert before == 0 and after == 0, output
 
 

@@ -142,6 +142,32 @@ TEST_CASE("a failure is told to every other rank, the culprit last, and the firs
   }
 }
 
+TEST_CASE("every culprit named is a failed rank, ascending, also after the first failure") {
+  Recorder sent;
+  const auto t0 = Clock::now();
+  FailureDetector detector(1, 6, sent, t0);
+  CHECK(detector.failed_ranks().empty());
+  detector.mark_failed(4, "rank 4 broke");
+  CHECK(detector.failed_ranks() == std::vector<int>{4});
+  detector.on_failure_notice(0, 2);   // a later failure: not the record, but a known one
+  detector.on_failure_notice(3, 4);   // named twice, listed once
+  detector.watch(5, 1000ms, t0);
+  CHECK_THROWS(detector.watch(5, 1000ms, t0 + 2s));
+  CHECK(detector.failed_ranks() == std::vector<int>{2, 4, 5});
+  CHECK(failure_of(detector) == "rank 4 broke");
+  // A culprit outside the job (from a peer's bytes) names nobody; this rank, reported by a
+  // peer, is named.
+  detector.on_failure_notice(0, 6);
+  detector.on_failure_notice(0, -7);
+  detector.on_failure_notice(0, 1);
+  CHECK(detector.failed_ranks() == std::vector<int>{1, 2, 4, 5});
+  Recorder other;
+  FailureDetector mismatched(0, 3, other, t0);
+  mismatched.mark_failed(-1, "rank 0 called barrier while rank 1 called run", Errc::mismatch);
+  CHECK(mismatched.failed());
+  CHECK(mismatched.failed_ranks().empty());
+}
+
 TEST_CASE("a culprit that owes an answer is not told (it is presumably dead); a failure naming nobody is a transport error") {
   Recorder sent;
   const auto t0 = Clock::now();

@@ -128,6 +128,8 @@ class Comm final : private PeerNotices {
   // write into it.
   void release_region(std::unique_ptr<transport::LocalRegion> region);
   bool failed() const { return detector_->failed(); }
+  // Ranks named failed so far, ascending (FailureDetector::failed_ranks). Any thread.
+  std::vector<int> failed_ranks() const { return detector_->failed_ranks(); }
 
   // Sleeps (engine lock held by `lock`, released while asleep) until the progress thread
   // has moved the engine on, a failure was recorded, or `timeout` passed. Used by an

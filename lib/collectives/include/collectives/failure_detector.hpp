@@ -76,6 +76,10 @@ class FailureDetector {
   // Throws the recorded failure, if any. Any thread.
   void check_failed() const;
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Every rank named as a culprit so far, ascending: by this rank's own detection or by a
+  // peer's failure notice, before the record or after it (a later failure does not replace
+  // the record, but its culprit is known). This rank is among them when a peer reported it.
+  std::vector<int> failed_ranks() const;
 
   // --- Failure news.
   // `sender` reports a failure naming `culprit` (-1: nobody in particular): acknowledged,
@@ -103,6 +107,7 @@ class FailureDetector {
   int failure_code_ = 0;
   int culprit_ = -1;
   std::vector<bool> knows_;  // [peer]: heard of the failure (acknowledged, or told us)
+  std::vector<bool> named_;  // [rank]: named as a culprit (failure_mutex_)
 };
 
 }  // namespace pcoll
