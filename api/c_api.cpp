@@ -221,6 +221,17 @@ int pcoll_comm_failed_ranks(const pcoll_comm_t* comm, int* ranks, int max, int* 
   });
 }
 
+int pcoll_comm_grow(pcoll_comm_t* comm, pcoll_comm_t** grown) {
+  return guarded("pcoll_comm_grow", [&] {
+    require(comm != nullptr, "comm is NULL");
+    require(grown != nullptr, "grown is NULL");
+    *grown = nullptr;
+    pcoll::fail(pcoll::Errc::unsupported,
+                "admitting new ranks into a communicator is not built yet; a communicator keeps the ranks it "
+                "started with (docs/reliability.md, \"Known limits\")");
+  });
+}
+
 int pcoll_barrier(pcoll_comm_t* comm) {
   return guarded("pcoll_barrier", [&] {
     require(comm != nullptr, "comm is NULL");

@@ -131,6 +131,10 @@ PCOLL_API int pcoll_barrier(pcoll_comm_t *comm);
  * reported it failed. Empty on a communicator that has not failed, and after a failure
  * that names nobody (a mismatch). Not collective; any thread, also after the failure. */
 PCOLL_API int pcoll_comm_failed_ranks(const pcoll_comm_t *comm, int *ranks, int max, int *n);
+/* Admits the processes waiting to join `comm` (elastic jobs, docs/reliability.md). Not built
+ * yet: returns PCOLL_ERR_UNSUPPORTED with a message saying so and sets *grown to NULL, at
+ * once, on every rank (it waits for nobody). */
+PCOLL_API int pcoll_comm_grow(pcoll_comm_t *comm, pcoll_comm_t **grown);
 /* The rank that may initiate `round` of a PCOLL_MODE_MAJORITY handle: hash(seed, handle,
  * round) mod P, the same on every rank. -1 with pcoll_last_error() set on bad input. */
 PCOLL_API int pcoll_allreduce_majority_initiator(const pcoll_allreduce_t *h, uint64_t round);

@@ -777,6 +777,15 @@ void invalid_arguments_and_call_order_are_refused(const Rank& me) {
     CHECK(pcoll_comm_failed_ranks(me.comm, nullptr, 2, &n) == PCOLL_ERR_INVALID_ARGUMENT);
     CHECK(std::string(pcoll_last_error()).find("ranks is NULL") != std::string::npos);
   }
+  {
+    // Declared, not built: refused at once on every rank, naming why.
+    pcoll_comm_t* grown = me.comm;
+    CHECK(pcoll_comm_grow(me.comm, &grown) == PCOLL_ERR_UNSUPPORTED);
+    CHECK(grown == nullptr);
+    CHECK(std::string(pcoll_last_error()).find("pcoll_comm_grow: admitting new ranks") != std::string::npos);
+    CHECK(pcoll_comm_grow(me.comm, nullptr) == PCOLL_ERR_INVALID_ARGUMENT);
+    CHECK(pcoll_comm_grow(nullptr, &grown) == PCOLL_ERR_INVALID_ARGUMENT);
+  }
 
   REQUIRE(pcoll_allreduce_create(me.comm, 4, PCOLL_FLOAT32, PCOLL_OP_SUM, PCOLL_MODE_SYNC, nullptr, &h) == PCOLL_SUCCESS);
   float send[4] = {1, 2, 3, 4}, recv[4];
