@@ -35,7 +35,11 @@ Models: paper = two ranks drawn per step get C + D (D = --delay-factor x C, or
 
 Modes: sync, solo, majority, quorum (pcoll, through --via; flushed at the end) and ddp
 (torch DistributedDataParallel with its own gloo allreduce: what users run today). Every
-mode starts from the same weights and sees the same batches and delays.
+mode starts from the same weights and sees the same batches and delays. The modes run one
+after the other, in the given order for the first seed and rotated by one more for each
+further seed (--order fixed keeps the given order), so that no mode always runs first or
+last in its launch (steps of the same run differ by up to 40% from seed to seed here); each
+JSON row says where its run came ("position").
 
 Clock: from a barrier to the end of the last step (and the flush), slowest rank. Every
 --eval-every steps rank 0 copies the weights (the copy is taken off its clock); they are
@@ -265,6 +269,16 @@ def identical_everywhere(comm, value):
 
 # --- One training run ---------------------------------------------------------------------------
 
+def run_order(modes, index, order):
+    """The order the modes train in for the index-th seed: as given ("fixed"), or rotated by
+    the seed's index ("rotate", the default), so that over several seeds each mode runs
+    early and late in its launch alike."""
+    if order == "fixed" or not modes:
+        return list(modes)
+    shift = index % len(modes)
+    return list(modes[shift:]) + list(modes[:shift])
+
+
 def train(comm, args, mode, seed, data, sleep_ms):
     """Trains from scratch; returns the run's record (rank 0's is complete)."""
     x, y, x_test, y_test = data
@@ -403,7 +417,7 @@ def report(comm, args, compute_ms, delay_ms, records_by_seed):
                          "steps_to_target": steps_to(r["curve"], target) if target is not None else None,
                          "speedup_to_target": (round(sync_ttt / ttt, 4) if ttt and sync_ttt else None),
                          "fresh_fraction": round(r["fresh_fraction"], 4), "stale_share": round(r["stale_share"], 4),
-                         "hook_momentum_known": r["hook_momentum_known"],
+                         "hook_momentum_known": r["hook_momentum_known"], "position": r["position"],
                          "replicas_identical": r["replicas_identical"], "curve": r["curve"]})
     summary = []
     if len(records_by_seed) > 1:
@@ -483,6 +497,8 @@ def parse_args():
                         "(DistributedOptimizer, default) or hook (DDP with PartialAllreduceHook)")
     parser.add_argument("--staleness", default="auto",
                         help=f"pcoll.torch's staleness rule: {', '.join(pt.STALENESS)} (default auto)")
+    parser.add_argument("--order", choices=("rotate", "fixed"), default="rotate",
+                        help="the modes' order within a seed: rotated by the seed's index (default) or as given")
     parser.add_argument("--quorum", type=int, default=0, help="quorum mode: k (default 0: floor(P/2) + 1)")
     parser.add_argument("--steps", type=int, help="training steps per mode (default 300; conv nets 240)")
     parser.add_argument("--seeds", default="1", help="comma-separated seeds; each runs every mode (default 1)")
@@ -603,13 +619,17 @@ def main():
         sys.stdout.flush()
 
     records_by_seed = []
-    for seed in args.seeds:
+    for index, seed in enumerate(args.seeds):
         args.seed_now = seed
         data = data0 if seed == args.seeds[0] else load_digits_split(seed, comm.rank, comm.size, args.net)
         step_ms = schedule(args, compute_ms, delay_ms, args.steps, comm.size)
         sleep_ms = [max(0.0, row[comm.rank] - compute_ms) for row in step_ms]
-        records = [train(comm, args, mode, seed, data, sleep_ms) for mode in args.modes]
-        records_by_seed.append((seed, records))
+        order = run_order(args.modes, index, args.order)
+        done = {}
+        for position, mode in enumerate(order):
+            done[mode] = train(comm, args, mode, seed, data, sleep_ms)
+            done[mode]["position"] = position  # where in this seed's sequence it ran
+        records_by_seed.append((seed, [done[mode] for mode in args.modes]))
     if comm.rank == 0:
         report(comm, args, compute_ms, delay_ms, records_by_seed)
     # Every rank knows (the check is collective): differing replicas fail the run.

@@ -83,12 +83,23 @@ def test_train_imbalance_short_run_of_every_mode(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [r["mode"] for r in rows] == ["sync", "solo", "majority", "ddp"]
+    assert [r["position"] for r in rows] == [0, 1, 2, 3]  # the first seed runs them as given
     for r in rows:
         assert r["P"] == 2 and r["steps"] == 30 and r["replicas_identical"]
         assert r["final_accuracy"] > 0.3  # chance is 0.1
         assert 0 < r["fresh_fraction"] <= 1 and r["wall_s"] > 0
     assert rows[0]["speedup_to_target"] == 1.0 and rows[0]["time_to_target_s"] is not None
     assert png.stat().st_size > 10000
+
+
+def test_train_imbalance_rotates_the_modes_from_seed_to_seed():
+    tool = train_module()
+    modes = ["sync", "solo", "majority"]
+    assert [tool.run_order(modes, index, "rotate") for index in range(4)] == [
+        ["sync", "solo", "majority"], ["solo", "majority", "sync"], ["majority", "sync", "solo"],
+        ["sync", "solo", "majority"]]
+    assert tool.run_order(modes, 2, "fixed") == modes
+    assert tool.run_order(["sync"], 5, "rotate") == ["sync"]
 
 
 def test_train_imbalance_convolutional_nets_through_the_hook_and_the_optimizer():
