@@ -2,6 +2,10 @@
 #include <collectives/survivor_agreement.hpp>
 
 #include <algorithm>
+#include <cstring>
+#include <string>
+
+#include <support/error.hpp>
 
 namespace pcoll {
 
@@ -9,7 +13,74 @@ namespace {
 
 bool holds(const std::vector<int>& ranks, int r) { return std::binary_search(ranks.begin(), ranks.end(), r); }
 
+constexpr size_t kHeadBytes = 4 + 4 + 4 + 4 + 4 + 4;
+
+template <typename T>
+void put(std::vector<std::byte>& out, T value) {
+  const size_t at = out.size();
+  out.resize(at + sizeof value);
+  std::memcpy(out.data() + at, &value, sizeof value);
+}
+
+template <typename T>
+T take(std::span<const std::byte> bytes, size_t& at) {
+  T value;
+  std::memcpy(&value, bytes.data() + at, sizeof value);
+  at += sizeof value;
+  return value;
+}
+
 }  // namespace
+
+std::vector<std::byte> encode(const SurvivorMessage& message) {
+  std::vector<std::byte> out;
+  out.reserve(kHeadBytes + 4 * (message.failed.size() + message.accepted.size()));
+  put<uint32_t>(out, message.epoch);
+  put<uint32_t>(out, static_cast<uint32_t>(message.kind));
+  put<int32_t>(out, message.ballot);
+  put<int32_t>(out, message.accepted_ballot);
+  put<uint32_t>(out, static_cast<uint32_t>(message.failed.size()));
+  put<uint32_t>(out, static_cast<uint32_t>(message.accepted.size()));
+  for (const int r : message.failed) put<int32_t>(out, r);
+  for (const int r : message.accepted) put<int32_t>(out, r);
+  return out;
+}
+
+SurvivorMessage decode_survivor_message(std::span<const std::byte> bytes, int size, int sender) {
+  const std::string from = "rank " + std::to_string(sender) + "'s survivor agreement message";
+  if (bytes.size() < kHeadBytes)
+    fail(Errc::protocol, from + " has " + std::to_string(bytes.size()) + " bytes, fewer than its " +
+                             std::to_string(kHeadBytes) + "-byte head");
+  size_t at = 0;
+  SurvivorMessage message;
+  message.epoch = take<uint32_t>(bytes, at);
+  const auto kind = take<uint32_t>(bytes, at);
+  if (kind > static_cast<uint32_t>(SurvivorMessage::Kind::commit))
+    fail(Errc::protocol, from + " is of kind " + std::to_string(kind) + ", which is none (0-3)");
+  message.kind = static_cast<SurvivorMessage::Kind>(kind);
+  message.ballot = take<int32_t>(bytes, at);
+  message.accepted_ballot = take<int32_t>(bytes, at);
+  const auto failed = take<uint32_t>(bytes, at);
+  const auto accepted = take<uint32_t>(bytes, at);
+  if (message.ballot < 0 || message.ballot >= size || message.accepted_ballot < -1 || message.accepted_ballot >= size)
+    fail(Errc::protocol, from + " names ballot " + std::to_string(message.ballot) + " and accepted ballot " +
+                             std::to_string(message.accepted_ballot) + " in a job of " + std::to_string(size));
+  if (failed > static_cast<uint32_t>(size) || accepted > static_cast<uint32_t>(size) ||
+      bytes.size() != kHeadBytes + 4 * (static_cast<size_t>(failed) + accepted))
+    fail(Errc::protocol, from + " lists " + std::to_string(failed) + " and " + std::to_string(accepted) + " ranks in " +
+                             std::to_string(bytes.size()) + " bytes, in a job of " + std::to_string(size));
+  for (auto* list : {&message.failed, &message.accepted}) {
+    const uint32_t n = list == &message.failed ? failed : accepted;
+    for (uint32_t i = 0; i < n; ++i) {
+      const int r = take<int32_t>(bytes, at);
+      if (r < 0 || r >= size || (!list->empty() && r <= list->back()))
+        fail(Errc::protocol, from + " lists rank " + std::to_string(r) + " out of order or outside a job of " +
+                                 std::to_string(size));
+      list->push_back(r);
+    }
+  }
+  return message;
+}
 
 SurvivorAgreement::SurvivorAgreement(int rank, int size, uint32_t epoch, Sink& sink)
     : rank_(rank), size_(size), epoch_(epoch), sink_(sink), failed_(static_cast<size_t>(size), false),

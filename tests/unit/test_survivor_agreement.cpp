@@ -7,12 +7,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <collectives/survivor_agreement.hpp>
+#include <support/error.hpp>
 
 using namespace pcoll;
 
@@ -109,7 +111,8 @@ class Network {
 };
 
 void Port::send(int peer, const SurvivorMessage& message) {
-  if (!net->dead(rank)) net->post(rank, peer, message);
+  // Through the bytes a transport would carry.
+  if (!net->dead(rank)) net->post(rank, peer, decode_survivor_message(encode(message), net->size(), rank));
 }
 
 // One random schedule: some ranks dead before anyone begins, the others beginning at random
@@ -238,6 +241,48 @@ TEST_CASE("messages of another epoch, out of range or out of order are ignored")
   net.at(0).on_message(1, bogus);
   net.at(0).on_message(9, bogus);
   CHECK_FALSE(net.at(0).decided());
+}
+
+TEST_CASE("a message survives its bytes, and a peer's bytes that are no message are refused by name") {
+  SurvivorMessage m;
+  m.kind = SurvivorMessage::Kind::propose;
+  m.epoch = 3;
+  m.ballot = 1;
+  m.failed = {0, 4};
+  m.accepted_ballot = 0;
+  m.accepted = {4};
+  const std::vector<std::byte> bytes = encode(m);
+  const SurvivorMessage back = decode_survivor_message(bytes, 5, 2);
+  CHECK(back.kind == m.kind);
+  CHECK(back.epoch == 3);
+  CHECK(back.ballot == 1);
+  CHECK(back.failed == m.failed);
+  CHECK(back.accepted_ballot == 0);
+  CHECK(back.accepted == m.accepted);
+  auto refused = [](std::vector<std::byte> b, int size) {
+    try {
+      decode_survivor_message(b, size, 2);
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::protocol);
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (size_t cut = 0; cut < bytes.size(); ++cut)
+    CHECK(refused(std::vector<std::byte>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut)), 5) != "");
+  std::vector<std::byte> longer = bytes;
+  longer.push_back(std::byte{0});
+  CHECK(refused(longer, 5).find("rank 2's survivor agreement message") != std::string::npos);
+  CHECK(refused(bytes, 4).find("outside a job of 4") != std::string::npos);   // rank 4 of 4
+  std::vector<std::byte> kind = bytes;
+  kind[4] = std::byte{9};
+  CHECK(refused(kind, 5).find("kind 9") != std::string::npos);
+  SurvivorMessage unordered = m;
+  unordered.failed = {4, 0};
+  CHECK(refused(encode(unordered), 5).find("out of order") != std::string::npos);
+  SurvivorMessage ballot = m;
+  ballot.ballot = 7;
+  CHECK(refused(encode(ballot), 5).find("ballot 7") != std::string::npos);
 }
 
 TEST_CASE("every schedule ends with the survivors agreed on one set of failed ranks") {

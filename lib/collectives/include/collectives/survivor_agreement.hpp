@@ -24,9 +24,11 @@
 // again); a rank inside the set, alive, learns from the commit that it was excluded.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -43,6 +45,13 @@ struct SurvivorMessage {
   int accepted_ballot = -1;
   std::vector<int> accepted;
 };
+
+// The message as bytes (little-endian): epoch u32, kind u8, three zero bytes, ballot i32,
+// accepted_ballot i32, the two lists' lengths u32 each, then their ranks as i32. decode
+// throws Error(Errc::protocol) naming what is wrong for a peer's bytes that are not such a
+// message of a job of `size` ranks (lists ascending, ranks in range, lengths that fit).
+std::vector<std::byte> encode(const SurvivorMessage& message);
+SurvivorMessage decode_survivor_message(std::span<const std::byte> bytes, int size, int sender);
 
 class SurvivorAgreement {
  public:
