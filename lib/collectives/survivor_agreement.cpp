@@ -140,40 +140,9 @@ void SurvivorAgreement::on_message(int from, const SurvivorMessage& message) {
     case Kind::commit:
       if (!decided_ && !excluded_) commit(message.failed, coordinator() == rank_, from);
       return;
-    case Kind::propose: {
-      if (message.accepted_ballot >= size_ || (message.accepted_ballot >= 0 && !valid(message.accepted))) return;
-      if (decided_) {
-        // Whoever still proposes missed the commit: it gets ours.
-        SurvivorMessage answer;
-        answer.kind = Kind::commit;
-        answer.ballot = rank_;
-        answer.failed = *decided_;
-        send(from, answer);
-        return;
-      }
-      if (excluded_) return;
-      // What the proposer knows to have failed is failed: every live rank hears of it.
-      for (const int r : message.failed) failed_[static_cast<size_t>(r)] = true;
-      if (!alive(rank_)) {
-        excluded_ = true;
-        return;
-      }
-      if (message.ballot != rank_) {
-        step();
-        return;
-      }
-      proposals_[static_cast<size_t>(from)] =
-          Proposal{message.failed, message.accepted_ballot, message.accepted_ballot >= 0 ? message.accepted : std::vector<int>{}};
-      if (phase_ == Phase::deciding && alive(from) && !holds(deciding_, from)) {
-        SurvivorMessage decision;
-        decision.kind = Kind::decide;
-        decision.ballot = rank_;
-        decision.failed = deciding_;
-        send(from, decision);
-      }
-      step();
+    case Kind::propose:
+      on_proposal(from, message);
       return;
-    }
     case Kind::decide:
       if (message.ballot != from || decided_ || excluded_ || coordinator() != from) return;
       accepted_ballot_ = from;
@@ -191,6 +160,42 @@ void SurvivorAgreement::on_message(int from, const SurvivorMessage& message) {
       step();
       return;
   }
+}
+
+void SurvivorAgreement::on_proposal(int from, const SurvivorMessage& message) {
+  using Kind = SurvivorMessage::Kind;
+  if (message.accepted_ballot >= size_ || (message.accepted_ballot >= 0 && !valid(message.accepted))) return;
+  if (decided_) {
+    // Whoever still proposes missed the commit: it gets ours.
+    SurvivorMessage answer;
+    answer.kind = Kind::commit;
+    answer.ballot = rank_;
+    answer.failed = *decided_;
+    send(from, answer);
+    return;
+  }
+  if (excluded_) return;
+  // What the proposer knows to have failed is failed: every live rank hears of it.
+  for (const int r : message.failed) failed_[static_cast<size_t>(r)] = true;
+  if (!alive(rank_)) {
+    excluded_ = true;
+    return;
+  }
+  if (message.ballot != rank_) {
+    step();
+    return;
+  }
+  proposals_[static_cast<size_t>(from)] =
+      Proposal{message.failed, message.accepted_ballot, message.accepted_ballot >= 0 ? message.accepted : std::vector<int>{}};
+  if (phase_ == Phase::deciding && alive(from) && !holds(deciding_, from)) {
+    // A rank that proposes again after the decision went out gets it again.
+    SurvivorMessage decision;
+    decision.kind = Kind::decide;
+    decision.ballot = rank_;
+    decision.failed = deciding_;
+    send(from, decision);
+  }
+  step();
 }
 
 void SurvivorAgreement::commit(const std::vector<int>& failed, bool tell_everyone, int told_by) {

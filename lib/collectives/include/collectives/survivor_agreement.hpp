@@ -88,6 +88,7 @@ class SurvivorAgreement {
   };
   enum class Phase { collecting, deciding };
 
+  void on_proposal(int from, const SurvivorMessage& message);
   void step();
   // Commits `failed`; a coordinator tells every rank that may wait on it, a rank told by
   // `told_by` tells only a later coordinator (step()).
