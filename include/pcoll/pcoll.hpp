@@ -137,15 +137,13 @@ class communicator {
   std::string provider() const { return pcoll_comm_provider(comm_.get()); }
   // Ranks known to have failed, ascending (pcoll_comm_failed_ranks).
   std::vector<int> failed_ranks() const {
+    // Asked again while the list grew between the calls (more ranks failed meanwhile).
+    std::vector<int> ranks;
     int n = 0;
-    detail::check(pcoll_comm_failed_ranks(comm_.get(), nullptr, 0, &n));
-    std::vector<int> ranks(static_cast<std::size_t>(n));
-    // More may have failed between the two calls: the second says how many there are now.
-    while (true) {
-      detail::check(pcoll_comm_failed_ranks(comm_.get(), ranks.data(), static_cast<int>(ranks.size()), &n));
-      if (static_cast<std::size_t>(n) <= ranks.size()) break;
+    do {
       ranks.resize(static_cast<std::size_t>(n));
-    }
+      detail::check(pcoll_comm_failed_ranks(comm_.get(), ranks.data(), static_cast<int>(ranks.size()), &n));
+    } while (static_cast<std::size_t>(n) > ranks.size());
     ranks.resize(static_cast<std::size_t>(n));
     return ranks;
   }

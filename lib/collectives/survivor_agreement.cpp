@@ -13,6 +13,14 @@ namespace {
 
 bool holds(const std::vector<int>& ranks, int r) { return std::binary_search(ranks.begin(), ranks.end(), r); }
 
+// The first entry of `ranks` that is not a rank of a job of `size` above the one before it,
+// or -1 when the list is ascending and in range.
+std::ptrdiff_t misplaced(const std::vector<int>& ranks, int size) {
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] < 0 || ranks[i] >= size || (i > 0 && ranks[i] <= ranks[i - 1])) return static_cast<std::ptrdiff_t>(i);
+  return -1;
+}
+
 constexpr size_t kHeadBytes = 4 + 4 + 4 + 4 + 4 + 4;
 
 template <typename T>
@@ -71,13 +79,10 @@ SurvivorMessage decode_survivor_message(std::span<const std::byte> bytes, int si
                              std::to_string(bytes.size()) + " bytes, in a job of " + std::to_string(size));
   for (auto* list : {&message.failed, &message.accepted}) {
     const uint32_t n = list == &message.failed ? failed : accepted;
-    for (uint32_t i = 0; i < n; ++i) {
-      const int r = take<int32_t>(bytes, at);
-      if (r < 0 || r >= size || (!list->empty() && r <= list->back()))
-        fail(Errc::protocol, from + " lists rank " + std::to_string(r) + " out of order or outside a job of " +
-                                 std::to_string(size));
-      list->push_back(r);
-    }
+    for (uint32_t i = 0; i < n; ++i) list->push_back(take<int32_t>(bytes, at));
+    if (const std::ptrdiff_t bad = misplaced(*list, size); bad >= 0)
+      fail(Errc::protocol, from + " lists rank " + std::to_string((*list)[static_cast<size_t>(bad)]) +
+                               " out of order or outside a job of " + std::to_string(size));
   }
   return message;
 }
@@ -99,11 +104,7 @@ std::vector<int> SurvivorAgreement::known_failed() const {
   return ranks;
 }
 
-bool SurvivorAgreement::valid(const std::vector<int>& ranks) const {
-  for (size_t i = 0; i < ranks.size(); ++i)
-    if (ranks[i] < 0 || ranks[i] >= size_ || (i > 0 && ranks[i] <= ranks[i - 1])) return false;
-  return true;
-}
+bool SurvivorAgreement::valid(const std::vector<int>& ranks) const { return misplaced(ranks, size_) < 0; }
 
 void SurvivorAgreement::send(int peer, SurvivorMessage message) {
   message.epoch = epoch_;
