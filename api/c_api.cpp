@@ -19,6 +19,7 @@
 #include <collectives/dtype.hpp>
 #include <collectives/enum_names.hpp>
 #include <collectives/handle_spec.hpp>
+#include <collectives/shrink.hpp>
 #include <pcoll/pcoll.h>
 #include <pcoll/private.h>
 #include <registry/registry.hpp>
@@ -218,6 +219,17 @@ int pcoll_comm_failed_ranks(const pcoll_comm_t* comm, int* ranks, int max, int* 
     const std::vector<int> failed = comm->comm->failed_ranks();
     std::copy_n(failed.begin(), std::min(failed.size(), static_cast<size_t>(max)), ranks);
     *n = static_cast<int>(failed.size());
+  });
+}
+
+int pcoll_comm_shrink(pcoll_comm_t* comm, pcoll_comm_t** survivors) {
+  return guarded("pcoll_comm_shrink", [&] {
+    require(comm != nullptr, "comm is NULL");
+    require(survivors != nullptr, "survivors is NULL");
+    *survivors = nullptr;
+    auto made = std::make_unique<pcoll_comm>();
+    made->comm = pcoll::shrink(*comm->comm);
+    *survivors = made.release();
   });
 }
 

@@ -131,6 +131,17 @@ PCOLL_API int pcoll_barrier(pcoll_comm_t *comm);
  * reported it failed. Empty on a communicator that has not failed, and after a failure
  * that names nobody (a mismatch). Not collective; any thread, also after the failure. */
 PCOLL_API int pcoll_comm_failed_ranks(const pcoll_comm_t *comm, int *ranks, int max, int *n);
+/* Collective over the live ranks of a communicator on which a failure was reported: the
+ * survivors agree on the failed set (also when more ranks fail meanwhile; a rank silent for
+ * the timeout is named failed) and get a new communicator, ranked 0..n-1 in the order of
+ * their old ranks, with transport endpoints of its own. The old communicator stays failed;
+ * pcoll_finalize releases it (either may be finalized first). A rank that the others named
+ * failed gets PCOLL_ERR_PEER_FAILED naming its exclusion; PCOLL_ERR_INVALID_STATE where no
+ * failure was reported. If a survivor fails while the new communicator is set up, the call
+ * returns PCOLL_ERR_PEER_FAILED naming it, and may be made again on `comm`. Handles of
+ * `comm` do not move to the new communicator (create them again on it).
+ * docs/design.md, "Shrinking to the survivors". */
+PCOLL_API int pcoll_comm_shrink(pcoll_comm_t *comm, pcoll_comm_t **survivors);
 /* Admits the processes waiting to join `comm` (elastic jobs, docs/reliability.md). Not built
  * yet: returns PCOLL_ERR_UNSUPPORTED with a message saying so and sets *grown to NULL, at
  * once, on every rank (it waits for nobody). */

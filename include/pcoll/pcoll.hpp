@@ -148,9 +148,17 @@ class communicator {
     return ranks;
   }
   void barrier() { detail::check(pcoll_barrier(comm_.get())); }
+  // The survivors of a failure, as a new communicator (pcoll_comm_shrink). Collective over
+  // the live ranks; this one stays failed.
+  communicator shrink() {
+    pcoll_comm_t* raw = nullptr;
+    detail::check(pcoll_comm_shrink(comm_.get(), &raw));
+    return communicator(raw);
+  }
   pcoll_comm_t* get() const { return comm_.get(); }
 
  private:
+  explicit communicator(pcoll_comm_t* raw) { comm_.reset(raw); }
   struct finalizer {
     void operator()(pcoll_comm_t* c) const { pcoll_finalize(c); }
   };

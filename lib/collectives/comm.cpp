@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <string>
 #include <thread>
 
 #include <collectives/allreduce.hpp>
 #include <collectives/collectives_settings.hpp>
 #include <support/error.hpp>
+#include <support/interrupt.hpp>
 #include <support/log.hpp>
 #include <support/support_settings.hpp>
 #include <support/topology.hpp>
@@ -49,8 +51,24 @@ struct Comm::Setup {
   transport::Options options;
 };
 
+// What the survivors' agreement sends goes through the survivors' channel.
+class Comm::SurvivorSink final : public SurvivorAgreement::Sink {
+ public:
+  explicit SurvivorSink(Comm& comm) : comm_(comm) {}
+  void send(int peer, const SurvivorMessage& message) override {
+    const std::vector<std::byte> bytes = encode(message);
+    comm_.survivor_send(peer, kSurvivorAgreementMessage, bytes);
+  }
+  // The channel's message types: its first byte.
+  static constexpr uint8_t kSurvivorAgreementMessage = 0;
+  static constexpr uint8_t kSurvivorBlob = 1;
+
+ private:
+  Comm& comm_;
+};
+
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
-    : boot_(std::move(boot)) {
+    : boot_(std::move(boot)), make_transport_(make_transport) {
   // A setup that fails leaves the job broken: the bootstrap must not then wait in a final
   // barrier of its own, which would join the other ranks' setup collectives. Nor may the
   // transport, torn down with it, progress towards a peer that died during setup (UCX
@@ -162,6 +180,10 @@ void Comm::connect_ranks(Setup& setup) {
 // connected and progressing before the first handle's traffic.
 void Comm::start_engine(const Setup& setup) {
   agreement_ = std::make_unique<Agreement>(*this);
+  channel_ = std::make_unique<SurvivorChannel>(*transport_, codec_, rank_, size_);
+  channel_->connect(boot_->allgather(channel_->remote_key()));
+  survivor_sink_ = std::make_unique<SurvivorSink>(*this);
+  told_failed_.assign(static_cast<size_t>(size_), 0);
   driver_ = std::make_unique<transport::ProgressDriver>(*transport_, [this] { return progress_hook(); },
                                                         setup.placement.cpu);
   boot_->barrier();
@@ -241,7 +263,15 @@ void Comm::dispatch_control_locked(const Notice& notice) {
   switch (notice.type) {
     case kControlPing: return detector_->on_ping(peer);  // the engine answers, whatever the application does
     case kControlFailureAck: return detector_->on_failure_ack(peer);
+    case kControlSurvivor:
+    case kControlSurvivorAck:
+      if (channel_ == nullptr)
+        fail(Errc::protocol, "survivors' message from rank " + std::to_string(peer) + " before setup ended");
+      if (notice.type == kControlSurvivor) channel_->on_message(peer, notice.round);
+      else channel_->on_ack(peer, notice.round);
+      return detector_->heard_from(peer, Clock::now());
     case kControlAgreement:
+      if (failed()) return detector_->heard_from(peer, Clock::now());  // nothing agrees any more
       if (agreement_ == nullptr)
         fail(Errc::protocol, "agreement message from rank " + std::to_string(peer) + " before setup ended");
       agreement_->on_arrival(peer, notice.round);
@@ -363,21 +393,26 @@ std::chrono::microseconds Comm::progress_hook() {
   auto wait = std::chrono::microseconds::max();
   {
     std::lock_guard lock(engine_mutex_);
-    if (failed()) return wait;
-    try {
-      drive_locked();
-      // Whoever waits on a peer asks whether it is alive, even while this rank's
-      // application computes or only polls.
-      const auto now = Clock::now();
-      for (const HandleSlot& slot : slots_) {
-        if (slot.handle == nullptr) continue;
-        slot.handle->probe_locked(now);
-        if (const auto due = slot.handle->next_deadline_locked())
-          wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(*due - now));
+    if (failed()) {
+      // Pings still get answers and the survivors' messages their way, so that a shrink
+      // does not take this rank for dead while its application computes.
+      drive_failed_locked();
+    } else {
+      try {
+        drive_locked();
+        // Whoever waits on a peer asks whether it is alive, even while this rank's
+        // application computes or only polls.
+        const auto now = Clock::now();
+        for (const HandleSlot& slot : slots_) {
+          if (slot.handle == nullptr) continue;
+          slot.handle->probe_locked(now);
+          if (const auto due = slot.handle->next_deadline_locked())
+            wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(*due - now));
+        }
+        heartbeat_locked(now);
+      } catch (const Error&) {
+        // Recorded by mark_failed(); the application sees it at its next call.
       }
-      heartbeat_locked(now);
-    } catch (const Error&) {
-      // Recorded by mark_failed(); the application sees it at its next call.
     }
   }
   engine_moved_.notify_all();
@@ -452,8 +487,11 @@ void Comm::wake_waiters() {
 void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
   for (const uint64_t value : values) {
     const Notice notice = codec_.decode(value);
+    // The survivors' channel's notices too: a peer already shrinking must not lose one.
     const bool news = notice.kind == NoticeKind::failure ||
-                      (notice.kind == NoticeKind::control && notice.type == kControlFailureAck);
+                      (notice.kind == NoticeKind::control &&
+                       (notice.type == kControlFailureAck || notice.type == kControlSurvivor ||
+                        notice.type == kControlSurvivorAck));
     if (!news) continue;
     try {
       dispatch_locked(value);
@@ -497,6 +535,159 @@ void Comm::release_region(std::unique_ptr<transport::LocalRegion> region) {
 
 void Comm::sleep_locked(std::unique_lock<std::mutex>& lock, std::chrono::microseconds timeout) {
   engine_moved_.wait_for(lock, timeout);
+}
+
+// --- Shrinking -------------------------------------------------------------------------------
+
+void Comm::drive_failed_locked() {
+  std::array<uint64_t, 64> values{};
+  for (int batches = 0; batches < 16; ++batches) {
+    size_t n = 0;
+    try {
+      n = transport_->poll(values);
+    } catch (const Error& error) {
+      log::debug(std::string("after the failure, passed over: ") + error.what());
+      continue;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      try {
+        if (!codec_.fits(values[i])) continue;
+        const Notice notice = codec_.decode(values[i]);
+        if (notice.kind == NoticeKind::failure) dispatch_failure_locked(notice);
+        else if (notice.kind == NoticeKind::control) dispatch_control_locked(notice);
+      } catch (const Error& error) {
+        log::debug(std::string("after the failure, passed over: ") + error.what());
+      }
+    }
+    if (n < values.size()) break;
+  }
+  serve_survivors_locked();
+}
+
+void Comm::survivor_send(int peer, uint8_t type, std::span<const std::byte> body) {
+  std::vector<std::byte> message(1 + body.size());
+  message[0] = static_cast<std::byte>(type);
+  if (!body.empty()) std::memcpy(message.data() + 1, body.data(), body.size());
+  channel_->send(peer, message);
+}
+
+SurvivorAgreement& Comm::survivor_agreement_locked(uint32_t epoch) {
+  auto& agreement = survivor_agreements_[epoch];
+  if (!agreement) {
+    agreement = std::make_unique<SurvivorAgreement>(rank_, size_, epoch, *survivor_sink_);
+    for (int r = 0; r < size_; ++r)
+      if (told_failed_[static_cast<size_t>(r)] != 0) agreement->on_failed(r);
+    if (const auto later = later_messages_.find(epoch); later != later_messages_.end()) {
+      for (const auto& [from, message] : later->second) agreement->on_message(from, message);
+      later_messages_.erase(later);
+    }
+  }
+  return *agreement;
+}
+
+void Comm::serve_survivors_locked() {
+  if (!channel_) return;
+  for (const int r : detector_->failed_ranks()) {
+    if (told_failed_[static_cast<size_t>(r)] != 0) continue;
+    told_failed_[static_cast<size_t>(r)] = 1;
+    for (auto& [epoch, agreement] : survivor_agreements_) agreement->on_failed(r);
+  }
+  for (auto& [sender, bytes] : channel_->take()) {
+    try {
+      if (bytes.empty()) fail(Errc::protocol, "rank " + std::to_string(sender) + " sent an empty survivors' message");
+      const auto type = static_cast<uint8_t>(bytes[0]);
+      const std::span<const std::byte> body(bytes.data() + 1, bytes.size() - 1);
+      if (type == SurvivorSink::kSurvivorAgreementMessage) {
+        const SurvivorMessage message = decode_survivor_message(body, size_, sender);
+        if (survivor_agreements_.count(message.epoch) != 0 || message.epoch < shrink_epoch_)
+          survivor_agreement_locked(message.epoch).on_message(sender, message);
+        else
+          later_messages_[message.epoch].emplace_back(sender, message);
+      } else if (type == SurvivorSink::kSurvivorBlob && body.size() >= 8) {
+        uint32_t epoch = 0, step = 0;
+        std::memcpy(&epoch, body.data(), 4);
+        std::memcpy(&step, body.data() + 4, 4);
+        survivor_blobs_[{epoch, step, sender}].assign(body.begin() + 8, body.end());
+      } else {
+        fail(Errc::protocol, "rank " + std::to_string(sender) + " sent a survivors' message of type " +
+                                 std::to_string(type) + " and " + std::to_string(bytes.size()) + " bytes");
+      }
+    } catch (const Error& error) {
+      log::warn(std::string("survivors' channel: dropped a message: ") + error.what());
+    }
+  }
+}
+
+Comm::Survivors Comm::agree_on_survivors() {
+  std::unique_lock lock(engine_mutex_);
+  if (!failed())
+    fail(Errc::invalid_state, "no failure was reported on this communicator (rank " + std::to_string(rank_) +
+                                  "); shrink is for the survivors of one");
+  const uint32_t epoch = shrink_epoch_++;
+  const auto patience = shrink_patience();
+  SurvivorAgreement& agreement = survivor_agreement_locked(epoch);
+  serve_survivors_locked();
+  agreement.start(detector_->failed_ranks());
+  for (;;) {
+    drive_failed_locked();
+    if (agreement.excluded())
+      fail_peer(Errc::peer_failed, rank_,
+                "rank " + std::to_string(rank_) +
+                    " (this rank) is not among the survivors: other ranks named it failed (it was silent, or its "
+                    "connection to them broke)");
+    if (agreement.decided()) return Survivors{*agreement.decided(), epoch};
+    if (interrupt::requested())
+      fail(Errc::invalid_state, "rank " + std::to_string(rank_) + " was interrupted by the application (a signal) in a shrink");
+    const auto now = Clock::now();
+    for (const int r : agreement.awaited())
+      if (detector_->unanswered(r, patience, now))
+        detector_->name_later(r, "rank " + std::to_string(r) + " did not answer within " +
+                                     std::to_string(patience.count()) + " ms while the survivors agreed on the failed set");
+    sleep_locked(lock, std::chrono::milliseconds(1));
+  }
+}
+
+std::vector<std::vector<std::byte>> Comm::survivors_allgather(uint32_t epoch, uint32_t step,
+                                                              const std::vector<int>& members,
+                                                              std::span<const std::byte> mine) {
+  std::unique_lock lock(engine_mutex_);
+  std::vector<std::byte> body(8 + mine.size());
+  std::memcpy(body.data(), &epoch, 4);
+  std::memcpy(body.data() + 4, &step, 4);
+  if (!mine.empty()) std::memcpy(body.data() + 8, mine.data(), mine.size());
+  const auto patience = shrink_patience();
+  for (const int m : members)
+    if (m != rank_) survivor_send(m, SurvivorSink::kSurvivorBlob, body);
+  survivor_blobs_[{epoch, step, rank_}].assign(mine.begin(), mine.end());
+  const auto missing = [&] {
+    std::vector<int> ranks;
+    for (const int m : members)
+      if (survivor_blobs_.count({epoch, step, m}) == 0) ranks.push_back(m);
+    return ranks;
+  };
+  for (;;) {
+    drive_failed_locked();
+    const std::vector<int> waiting = missing();
+    if (waiting.empty()) break;
+    const auto now = Clock::now();
+    for (const int r : waiting) {
+      if (told_failed_[static_cast<size_t>(r)] != 0 || detector_->unanswered(r, patience, now)) {
+        const std::string reason = "rank " + std::to_string(r) + " failed while the survivors set up their communicator";
+        detector_->name_later(r, reason);
+        fail_peer(Errc::peer_failed, r, reason + "; shrink again");
+      }
+    }
+    if (interrupt::requested())
+      fail(Errc::invalid_state, "rank " + std::to_string(rank_) + " was interrupted by the application (a signal) in a shrink");
+    sleep_locked(lock, std::chrono::milliseconds(1));
+  }
+  std::vector<std::vector<std::byte>> all;
+  for (const int m : members) {
+    auto found = survivor_blobs_.find({epoch, step, m});
+    all.push_back(std::move(found->second));
+    survivor_blobs_.erase(found);
+  }
+  return all;
 }
 
 }  // namespace pcoll

@@ -32,6 +32,43 @@ void FailureDetector::watch(int peer, std::chrono::milliseconds timeout, Clock::
   }
 }
 
+bool FailureDetector::unanswered(int peer, std::chrono::milliseconds timeout, Clock::time_point now) {
+  const auto p = static_cast<size_t>(peer);
+  const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
+  if (!ping_sent_[p]) {
+    if (now - last_heard_[p] < period) return false;
+    ping_sent_[p] = now;
+    try {
+      notices_.send_ping(peer);
+    } catch (const Error&) {
+      return true;  // it cannot even be reached
+    }
+    return false;
+  }
+  return now - *ping_sent_[p] > timeout;
+}
+
+void FailureDetector::name_later(int culprit, const std::string& reason) {
+  if (culprit < 0 || culprit >= size_) return;
+  std::vector<bool> named;
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (named_[static_cast<size_t>(culprit)]) return;
+    named_[static_cast<size_t>(culprit)] = true;
+    named = named_;
+  }
+  log::error(reason);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || (named[static_cast<size_t>(r)] && r != culprit)) continue;
+    try {
+      notices_.send_failure(r, culprit);
+    } catch (const Error&) {
+      // Gone too; the others still hear.
+    }
+  }
+  notices_.wake_waiters();
+}
+
 void FailureDetector::heartbeat(Clock::time_point now, std::chrono::milliseconds timeout) {
   if (size_ < 2 || !heartbeat_on_.load(std::memory_order_relaxed)) return;
   const int successor = (rank_ + 1) % size_;

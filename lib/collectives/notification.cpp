@@ -53,7 +53,7 @@ uint64_t NoticeCodec::control(uint32_t type, uint32_t sender, uint64_t sequence)
   if (bits_ == 64)
     return (kWireControl << 62) | (uint64_t{type & 0x3ff} << 52) | (uint64_t{sender & 0xfffff} << 32) |
            (sequence & 0xffffffffu);
-  return (kWireControl << 30) | (uint64_t{type & 0x3} << 28) | (uint64_t{sender & 0xffff} << 12) |
+  return (kWireControl << 30) | (uint64_t{type & 0x7} << 27) | (uint64_t{sender & 0x7fff} << 12) |
          (sequence & 0xfff);
 }
 
@@ -97,8 +97,8 @@ Notice NoticeCodec::decode(uint64_t value) const {
       n.rank = static_cast<uint32_t>((v >> 6) & 0xffff), n.round = v & 0x3f;
       break;
     case kWireControl:
-      n.kind = NoticeKind::control, n.type = static_cast<uint32_t>((v >> 28) & 0x3);
-      n.rank = static_cast<uint32_t>((v >> 12) & 0xffff), n.round = v & 0xfff;
+      n.kind = NoticeKind::control, n.type = static_cast<uint32_t>((v >> 27) & 0x7);
+      n.rank = static_cast<uint32_t>((v >> 12) & 0x7fff), n.round = v & 0xfff;
       break;
     default:
       n.kind = NoticeKind::failure, n.rank = static_cast<uint32_t>((v >> 15) & 0x7fff);

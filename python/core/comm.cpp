@@ -10,15 +10,16 @@
 
 namespace pcoll_python {
 
-Comm::Comm() : state_(std::make_shared<CommState>()) {
+Comm::Comm(Comm* shrink_of) : state_(std::make_shared<CommState>()) {
+  if (shrink_of != nullptr) shrink_of->require_open("shrink");
   Outcome outcome;
   pcoll_comm_t* comm = nullptr;
   InterruptibleCall interruptible;
   {
     py::gil_scoped_release nogil;
-    outcome.capture(pcoll_init(&comm));
+    outcome.capture(shrink_of != nullptr ? pcoll_comm_shrink(shrink_of->state_->comm, &comm) : pcoll_init(&comm));
   }
-  if (!outcome.ok()) raise_outcome("init", outcome);
+  if (!outcome.ok()) raise_outcome(shrink_of != nullptr ? "shrink" : "init", outcome);
   state_->comm = comm;
   state_->rank = pcoll_comm_rank(comm);
   state_->size = pcoll_comm_size(comm);
@@ -152,7 +153,7 @@ void Comm::finalize() {
 
 void add_comm_type(py::module_& m) {
   py::class_<Comm>(m, "Comm")
-      .def(py::init<>())
+      .def(py::init<Comm*>(), py::arg("shrink_of") = nullptr)
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)
       .def_property_readonly("provider", &Comm::provider)

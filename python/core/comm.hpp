@@ -26,7 +26,8 @@ struct CreateArgs {
 
 class Comm {
  public:
-  Comm();
+  // pcoll_init; or, given `shrink_of`, pcoll_comm_shrink of that failed communicator.
+  explicit Comm(Comm* shrink_of = nullptr);
 
   int rank() const { return state_->rank; }
   int size() const { return state_->size; }

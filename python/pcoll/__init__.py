@@ -153,10 +153,22 @@ def _to_c(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, q
 class Comm(_core.Comm):
     """A communicator: every rank of the job. Made by pcoll.init()."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, _shrink_of=None):
+        super().__init__(_shrink_of)
         _reclaim_signal_handlers()  # in case pcoll_init loaded more providers
         _open_comms.add(self)
+
+    def shrink(self):
+        """The survivors of a failure, as a new communicator. Collective over the live ranks.
+
+        Call it after a call raised PeerFailed (or Timeout): the survivors agree on the
+        failed ranks (also when more fail meanwhile) and get a communicator of their own,
+        ranked 0..n-1 in the order of their old ranks. This communicator stays failed;
+        close it when done. Its handles do not move: create them again on the new one.
+        Raises PeerFailed on a rank the others named failed, InvalidState where no failure
+        was reported.
+        """
+        return Comm(_shrink_of=self)
 
     def allreduce(self, count, dtype="float32", op="avg", mode="solo", max_lag=1, sync_every=0, seed=0,
                   late="carry", timeout_ms=None, quorum=0, grace_us=0):

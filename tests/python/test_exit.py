@@ -120,6 +120,40 @@ def test_an_uncaught_exception_on_one_rank_is_peer_failed_naming_it_on_the_other
     assert before == 0 and after == 0, output
 
 
+def test_the_survivors_of_a_rank_that_left_shrink_and_go_on(tmp_path):
+    # As above, rank 1 ends on an exception; the others shrink to a communicator of two and
+    # run exact rounds on it. Shrinking a communicator that has not failed is refused.
+    status, before, after, output = job(tmp_path, """
+        import time
+        try:
+            comm.shrink()
+        except pcoll.InvalidState as error:
+            assert "no failure was reported" in str(error), error
+        else:
+            raise AssertionError("shrink of a healthy communicator succeeded")
+        if comm.rank == 1:
+            time.sleep(0.5)
+            raise RuntimeError("rank 1 gives up")
+        try:
+            ar.run(buf, buf)
+        except pcoll.PeerFailed:
+            pass
+        survivors = comm.shrink()
+        assert (survivors.size, survivors.rank) == (2, 0 if comm.rank == 0 else 1), survivors
+        again = survivors.allreduce(1024, dtype="float32", op="sum", mode="sync")
+        mine = np.full(1024, comm.rank + 1, np.float32)
+        out = np.zeros(1024, np.float32)
+        again.run(mine, out)
+        assert (out == 1 + 3).all(), out[:4]
+        survivors.close()
+        comm.close()
+        print(f"rank {comm.rank} went on as {survivors.rank} of {survivors.size}", flush=True)
+    """, manual=True)
+    assert status != 0, output  # rank 1's
+    assert "rank 0 went on as 0 of 2" in output and "rank 2 went on as 1 of 2" in output, output
+    assert before == 0 and after == 0, output
+
+
 def test_calls_after_comm_close_say_the_communicator_is_closed(tmp_path):
     status, _, after, output = job(tmp_path, """
         comm.close()

@@ -10,17 +10,21 @@
 #include <deque>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <bootstrap/bootstrap.hpp>
 #include <collectives/agreement.hpp>
 #include <collectives/failure_detector.hpp>
 #include <collectives/notification.hpp>
+#include <collectives/survivor_agreement.hpp>
+#include <collectives/survivor_channel.hpp>
 #include <support/error.hpp>
 #include <transport/progress_driver.hpp>
 #include <transport/transport.hpp>
@@ -155,6 +159,26 @@ class Comm final : private PeerNotices {
   // node_of()[r]: the node of rank r (transport::JobLayout::node_of), the same on every rank.
   const std::vector<int>& node_of() const { return node_of_; }
 
+  // --- Shrinking (docs/design.md, "Shrinking to the survivors").
+  // Collective over the live ranks, on a failed communicator: blocks until the survivors
+  // have agreed on the failed set (survivor_agreement.hpp, over the survivors' channel),
+  // naming ranks that fall silent meanwhile, and returns it with the attempt's epoch. Throws
+  // Errc::invalid_state on a communicator that has not failed, and Errc::peer_failed when
+  // this rank is not a survivor (another rank named it failed).
+  struct Survivors {
+    std::vector<int> failed;  // ascending
+    uint32_t epoch = 0;       // the attempt: 0, then 1 after a shrink that failed, ...
+  };
+  Survivors agree_on_survivors();
+  // Collective over `members` (ranks of this communicator, ascending, this rank among
+  // them): every member's blob in member order, over the survivors' channel. What a
+  // shrunk communicator's setup exchanges (SurvivorBootstrap). A member that falls silent
+  // is named failed (Errc::peer_failed).
+  std::vector<std::vector<std::byte>> survivors_allgather(uint32_t epoch, uint32_t step, const std::vector<int>& members,
+                                                          std::span<const std::byte> mine);
+  // What made this communicator's transport: a shrunk one makes its own with it.
+  const TransportFactory& transport_factory() const { return make_transport_; }
+
  private:
   using Clock = std::chrono::steady_clock;
   // Setup, in this order (the constructor).
@@ -171,6 +195,20 @@ class Comm final : private PeerNotices {
   void dispatch_locked(uint64_t value);
   void dispatch_control_locked(const Notice& notice);
   void dispatch_failure_locked(const Notice& notice);
+  // After the failure (the progress thread, a shrink): failure news, pings and the
+  // survivors' channel are served, everything else dropped; errors about peers are logged
+  // and passed over.
+  void drive_failed_locked();
+  // The survivors' channel's whole messages, to the agreement of their epoch or to the
+  // blobs of survivors_allgather; and the failed ranks named since, to every agreement.
+  void serve_survivors_locked();
+  SurvivorAgreement& survivor_agreement_locked(uint32_t epoch);
+  // How long a shrink waits on a silent rank before naming it: twice the timeout. A live
+  // survivor's engine may be inside sends to the dead rank for up to the timeout when the
+  // failure strikes (half in the post that fails, half in the failure news), and answers
+  // no ping meanwhile.
+  std::chrono::milliseconds shrink_patience() const { return 2 * timeout_; }
+  void survivor_send(int peer, uint8_t type, std::span<const std::byte> body);
   // A handle's application waits for a round that a peer, already inside an agreement
   // this rank has not entered, will never join: Errc::mismatch (call_match.hpp).
   void check_waits_against_agreement_locked();
@@ -227,6 +265,18 @@ class Comm final : private PeerNotices {
   std::deque<uint32_t> free_slots_;
 
   std::unique_ptr<Agreement> agreement_;
+  TransportFactory make_transport_;
+  // Shrinking. Engine lock.
+  std::unique_ptr<SurvivorChannel> channel_;
+  class SurvivorSink;
+  std::unique_ptr<SurvivorSink> survivor_sink_;
+  // By epoch: an agreement stays to answer ranks that missed its commit.
+  std::map<uint32_t, std::unique_ptr<SurvivorAgreement>> survivor_agreements_;
+  std::map<uint32_t, std::vector<std::pair<int, SurvivorMessage>>> later_messages_;  // epochs not begun here
+  uint32_t shrink_epoch_ = 0;       // the next attempt's
+  std::vector<int> told_failed_;    // failed ranks the agreements were told of
+  // survivors_allgather's blobs by (epoch, step, sender).
+  std::map<std::tuple<uint32_t, uint32_t, int>, std::vector<std::byte>> survivor_blobs_;
   // Handle memory kept after its handle went, on a failed communicator (release_region);
   // destroyed before the transport. Engine lock.
   std::vector<std::unique_ptr<transport::LocalRegion>> kept_regions_;

@@ -60,6 +60,9 @@ class FailureDetector {
   // Every engine pings its ring successor once per probe period (a quarter of `timeout`,
   // at most a second), so a dead rank is found even when nobody waits on it.
   void heartbeat(Clock::time_point now, std::chrono::milliseconds timeout);
+  // After the failure (a shrink waits on `peer`): pings `peer` once it has been quiet for a
+  // probe period, and says whether a ping of it stayed unanswered for `timeout`.
+  bool unanswered(int peer, std::chrono::milliseconds timeout, Clock::time_point now);
   // The heartbeat runs from the end of setup until pcoll_finalize begins.
   void start_heartbeat() { heartbeat_on_.store(true, std::memory_order_relaxed); }
   void begin_leaving() {
@@ -73,6 +76,9 @@ class FailureDetector {
   // peer_failed when a culprit is named, else transport, unless `code` says otherwise; a
   // mismatch is reported to the peers with its message (send_report).
   void mark_failed(int culprit, const std::string& reason, Errc code = Errc::ok);
+  // A failure this rank found after the first (a rank silent during a shrink): named, and
+  // every peer not named is told, so that every live rank hears of it.
+  void name_later(int culprit, const std::string& reason);
   // Throws the recorded failure, if any. Any thread.
   void check_failed() const;
   bool failed() const { return failed_.load(std::memory_order_acquire); }

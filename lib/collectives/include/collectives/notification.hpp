@@ -6,7 +6,7 @@
 //
 //   64:  kind:2 | handle:10 | detail:20 | round:32
 //   32:  kind:2 | handle:8  | detail:16 | round:6      (data, credit, activation)
-//        kind:2 | type:2    | rank:16   | seq:12       (control)
+//        kind:2 | type:3    | rank:15   | seq:12       (control)
 //        kind:2 | culprit:15 | sender:15               (failure)
 //
 // detail is a data write's or a credit's (credit flag, exchange tag, chunk) and an
@@ -39,6 +39,11 @@ inline constexpr uint32_t kControlPing = 0;
 inline constexpr uint32_t kControlPong = 1;
 inline constexpr uint32_t kControlAgreement = 2;   // an agreement blob landed (agreement.hpp)
 inline constexpr uint32_t kControlFailureAck = 3;  // a failure notice was received (comm.cpp)
+// The survivors' channel after a failure (survivor_channel.hpp): a message landed in its
+// slot `sequence`; the receiver consumed the sender's messages below `sequence`.
+inline constexpr uint32_t kControlSurvivor = 4;
+inline constexpr uint32_t kControlSurvivorAck = 5;
+inline constexpr uint32_t kControlTypes = 6;
 
 struct Notice {
   NoticeKind kind = NoticeKind::data;
