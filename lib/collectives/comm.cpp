@@ -487,11 +487,13 @@ void Comm::wake_waiters() {
 void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
   for (const uint64_t value : values) {
     const Notice notice = codec_.decode(value);
-    // The survivors' channel's notices too: a peer already shrinking must not lose one.
+    // The survivors' channel's notices and pings too: a peer already shrinking must not
+    // lose a message, nor take this rank for dead for a ping dropped here.
     const bool news = notice.kind == NoticeKind::failure ||
                       (notice.kind == NoticeKind::control &&
                        (notice.type == kControlFailureAck || notice.type == kControlSurvivor ||
-                        notice.type == kControlSurvivorAck));
+                        notice.type == kControlSurvivorAck || notice.type == kControlPing ||
+                        notice.type == kControlPong));
     if (!news) continue;
     try {
       dispatch_locked(value);
@@ -647,17 +649,62 @@ Comm::Survivors Comm::agree_on_survivors() {
   }
 }
 
+// A star: every member sends its blob to the leader (the lowest member), which sends every
+// blob back to each in one bundle. Only links to the leader carry it, links the agreement
+// used already; on libfabric's tcp links first opened now between other survivors broke in
+// some runs here, and a star needs none.
 std::vector<std::vector<std::byte>> Comm::survivors_allgather(uint32_t epoch, uint32_t step,
                                                               const std::vector<int>& members,
                                                               std::span<const std::byte> mine) {
+  constexpr uint32_t kBundle = 0x80000000u;
   std::unique_lock lock(engine_mutex_);
-  std::vector<std::byte> body(8 + mine.size());
-  std::memcpy(body.data(), &epoch, 4);
-  std::memcpy(body.data() + 4, &step, 4);
-  if (!mine.empty()) std::memcpy(body.data() + 8, mine.data(), mine.size());
+  const int leader = members.front();
   const auto patience = shrink_patience();
-  for (const int m : members)
-    if (m != rank_) survivor_send(m, SurvivorSink::kSurvivorBlob, body);
+  const auto frame = [&](uint32_t tag, std::span<const std::byte> payload) {
+    std::vector<std::byte> body(8 + payload.size());
+    std::memcpy(body.data(), &epoch, 4);
+    std::memcpy(body.data() + 4, &tag, 4);
+    if (!payload.empty()) std::memcpy(body.data() + 8, payload.data(), payload.size());
+    return body;
+  };
+  // Waits until `ready` holds, naming a silent or failed rank among `awaited()`.
+  const auto wait_for = [&](const auto& ready, const auto& awaited) {
+    for (;;) {
+      drive_failed_locked();
+      if (ready()) return;
+      const auto now = Clock::now();
+      for (const int r : awaited()) {
+        if (told_failed_[static_cast<size_t>(r)] != 0 || detector_->unanswered(r, patience, now)) {
+          const std::string reason = "rank " + std::to_string(r) + " failed while the survivors set up their communicator";
+          detector_->name_later(r, reason);
+          fail_peer(Errc::peer_failed, r, reason + "; shrink again");
+        }
+      }
+      if (interrupt::requested())
+        fail(Errc::invalid_state, "rank " + std::to_string(rank_) + " was interrupted by the application (a signal) in a shrink");
+      sleep_locked(lock, std::chrono::milliseconds(1));
+    }
+  };
+  std::vector<std::vector<std::byte>> all;
+  if (rank_ != leader) {
+    survivor_send(leader, SurvivorSink::kSurvivorBlob, frame(step, mine));
+    const std::tuple<uint32_t, uint32_t, int> key{epoch, step | kBundle, leader};
+    wait_for([&] { return survivor_blobs_.count(key) != 0; }, [&] { return std::vector<int>{leader}; });
+    const std::vector<std::byte> bundle = std::move(survivor_blobs_[key]);
+    survivor_blobs_.erase(key);
+    size_t at = 0;
+    for (size_t m = 0; m < members.size(); ++m) {
+      uint32_t bytes = 0;
+      if (at + 4 > bundle.size()) fail(Errc::protocol, "rank " + std::to_string(leader) + " sent a truncated survivors' bundle");
+      std::memcpy(&bytes, bundle.data() + at, 4);
+      at += 4;
+      if (bytes > bundle.size() - at)
+        fail(Errc::protocol, "rank " + std::to_string(leader) + " sent a truncated survivors' bundle");
+      all.emplace_back(bundle.begin() + static_cast<std::ptrdiff_t>(at), bundle.begin() + static_cast<std::ptrdiff_t>(at + bytes));
+      at += bytes;
+    }
+    return all;
+  }
   survivor_blobs_[{epoch, step, rank_}].assign(mine.begin(), mine.end());
   const auto missing = [&] {
     std::vector<int> ranks;
@@ -665,28 +712,21 @@ std::vector<std::vector<std::byte>> Comm::survivors_allgather(uint32_t epoch, ui
       if (survivor_blobs_.count({epoch, step, m}) == 0) ranks.push_back(m);
     return ranks;
   };
-  for (;;) {
-    drive_failed_locked();
-    const std::vector<int> waiting = missing();
-    if (waiting.empty()) break;
-    const auto now = Clock::now();
-    for (const int r : waiting) {
-      if (told_failed_[static_cast<size_t>(r)] != 0 || detector_->unanswered(r, patience, now)) {
-        const std::string reason = "rank " + std::to_string(r) + " failed while the survivors set up their communicator";
-        detector_->name_later(r, reason);
-        fail_peer(Errc::peer_failed, r, reason + "; shrink again");
-      }
-    }
-    if (interrupt::requested())
-      fail(Errc::invalid_state, "rank " + std::to_string(rank_) + " was interrupted by the application (a signal) in a shrink");
-    sleep_locked(lock, std::chrono::milliseconds(1));
-  }
-  std::vector<std::vector<std::byte>> all;
+  wait_for([&] { return missing().empty(); }, missing);
+  std::vector<std::byte> bundle;
   for (const int m : members) {
     auto found = survivor_blobs_.find({epoch, step, m});
+    const auto bytes = static_cast<uint32_t>(found->second.size());
+    const size_t at = bundle.size();
+    bundle.resize(at + 4);
+    std::memcpy(bundle.data() + at, &bytes, 4);
+    bundle.insert(bundle.end(), found->second.begin(), found->second.end());
     all.push_back(std::move(found->second));
     survivor_blobs_.erase(found);
   }
+  const std::vector<std::byte> framed = frame(step | kBundle, bundle);
+  for (const int m : members)
+    if (m != rank_) survivor_send(m, SurvivorSink::kSurvivorBlob, framed);
   return all;
 }
 

@@ -10,7 +10,7 @@ namespace pcoll {
 
 FailureDetector::FailureDetector(int rank, int size, PeerNotices& notices, Clock::time_point now)
     : rank_(rank), size_(size), notices_(notices), ping_sent_(static_cast<size_t>(size)),
-      last_heard_(static_cast<size_t>(size), now), knows_(static_cast<size_t>(size), false),
+      last_heard_(static_cast<size_t>(size), now), last_ping_(static_cast<size_t>(size), now), knows_(static_cast<size_t>(size), false),
       named_(static_cast<size_t>(size), false) {}
 
 void FailureDetector::heard_from(int peer, Clock::time_point now) {
@@ -35,15 +35,17 @@ void FailureDetector::watch(int peer, std::chrono::milliseconds timeout, Clock::
 bool FailureDetector::unanswered(int peer, std::chrono::milliseconds timeout, Clock::time_point now) {
   const auto p = static_cast<size_t>(peer);
   const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
-  if (!ping_sent_[p]) {
-    if (now - last_heard_[p] < period) return false;
-    ping_sent_[p] = now;
+  if (!ping_sent_[p] && now - last_heard_[p] < period) return false;
+  // A ping can be lost (a rank failing drops what is not failure news), so one is sent
+  // again every period while none is answered; silence counts from the first.
+  if (!ping_sent_[p] || now - last_ping_[p] >= period) {
+    if (!ping_sent_[p]) ping_sent_[p] = now;
+    last_ping_[p] = now;
     try {
       notices_.send_ping(peer);
     } catch (const Error&) {
       return true;  // it cannot even be reached
     }
-    return false;
   }
   return now - *ping_sent_[p] > timeout;
 }

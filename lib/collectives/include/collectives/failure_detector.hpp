@@ -104,6 +104,7 @@ class FailureDetector {
   // Per peer: when our oldest unanswered ping was sent, and when we last heard.
   std::vector<std::optional<Clock::time_point>> ping_sent_;
   std::vector<Clock::time_point> last_heard_;
+  std::vector<Clock::time_point> last_ping_;  // unanswered(): when a ping last went out
   std::atomic<bool> heartbeat_on_{false};
   std::atomic<bool> leaving_{false};
 
