@@ -177,10 +177,6 @@ TEST_CASE("the survivors of a killed rank shrink and run exact rounds (ucx:shm)"
 
 TEST_CASE("the survivors of a killed rank shrink and run exact rounds (ofi:tcp)") { check_shrink("ofi:tcp", "run"); }
 
-TEST_CASE("a survivor computing when the rank died is not excluded, and shrinks with the others (ofi:shm)") {
-  check_shrink("ofi:shm", "sleeper");
-}
-
 // Over ofi:tcp the computing survivor's engine spends up to the timeout in a send to the dead
 // rank, and a ping that reached it meanwhile was dropped with everything that was not failure
 // news: a shrink that named a rank silent after one timeout, or that pinged once, excluded it.
