@@ -134,7 +134,7 @@ std::vector<std::vector<std::byte>> Agreement::allgather(const CallHeader& call,
 }
 
 void Agreement::wait_for_blobs(uint64_t sequence, std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout) {
-  const auto probe_after = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
+  const auto probe_after = FailureDetector::probe_period(timeout);
   const auto started = std::chrono::steady_clock::now();
   const auto everyone = static_cast<size_t>(size_);
   while (arrivals(sequence) < everyone) {

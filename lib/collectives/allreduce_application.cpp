@@ -23,9 +23,7 @@ inline void cpu_relax() {
 }
 
 // How long a round may stand still before its waiter asks whether the peer is alive.
-std::chrono::milliseconds probe_after(std::chrono::milliseconds timeout) {
-  return std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
-}
+std::chrono::milliseconds probe_after(std::chrono::milliseconds timeout) { return FailureDetector::probe_period(timeout); }
 
 }  // namespace
 

@@ -487,18 +487,17 @@ void Comm::wake_waiters() {
 void Comm::take_failure_news_locked(std::span<const uint64_t> values) {
   for (const uint64_t value : values) {
     const Notice notice = codec_.decode(value);
-    // The survivors' channel's notices and pings too: a peer already shrinking must not
-    // lose a message, nor take this rank for dead for a ping dropped here.
+    // Every control message too (the survivors' channel, pings and pongs): a peer already
+    // shrinking must not lose a message, nor take this rank for dead for a ping dropped
+    // here. An agreement blob only once the communicator has failed, when it counts as
+    // word from its sender and nothing else (dispatch_control_locked).
     const bool news = notice.kind == NoticeKind::failure ||
-                      (notice.kind == NoticeKind::control &&
-                       (notice.type == kControlFailureAck || notice.type == kControlSurvivor ||
-                        notice.type == kControlSurvivorAck || notice.type == kControlPing ||
-                        notice.type == kControlPong));
+                      (notice.kind == NoticeKind::control && (notice.type != kControlAgreement || failed()));
     if (!news) continue;
     try {
       dispatch_locked(value);
     } catch (const Error& error) {
-      log::debug(std::string("dropped a malformed failure message: ") + error.what());
+      log::debug(std::string("dropped a malformed message: ") + error.what());
     }
   }
 }
@@ -551,16 +550,7 @@ void Comm::drive_failed_locked() {
       log::debug(std::string("after the failure, passed over: ") + error.what());
       continue;
     }
-    for (size_t i = 0; i < n; ++i) {
-      try {
-        if (!codec_.fits(values[i])) continue;
-        const Notice notice = codec_.decode(values[i]);
-        if (notice.kind == NoticeKind::failure) dispatch_failure_locked(notice);
-        else if (notice.kind == NoticeKind::control) dispatch_control_locked(notice);
-      } catch (const Error& error) {
-        log::debug(std::string("after the failure, passed over: ") + error.what());
-      }
-    }
+    take_failure_news_locked(std::span<const uint64_t>(values.data(), n));
     if (n < values.size()) break;
   }
   serve_survivors_locked();
@@ -626,25 +616,40 @@ Comm::Survivors Comm::agree_on_survivors() {
     fail(Errc::invalid_state, "no failure was reported on this communicator (rank " + std::to_string(rank_) +
                                   "); shrink is for the survivors of one");
   const uint32_t epoch = shrink_epoch_++;
-  const auto patience = shrink_patience();
   SurvivorAgreement& agreement = survivor_agreement_locked(epoch);
-  serve_survivors_locked();
   agreement.start(detector_->failed_ranks());
-  for (;;) {
-    drive_failed_locked();
+  const auto settled = [&] {
     if (agreement.excluded())
       fail_peer(Errc::peer_failed, rank_,
                 "rank " + std::to_string(rank_) +
                     " (this rank) is not among the survivors: other ranks named it failed (it was silent, or its "
                     "connection to them broke)");
-    if (agreement.decided()) return Survivors{*agreement.decided(), epoch};
+    return agreement.decided().has_value();
+  };
+  shrink_wait_locked(lock, settled, [&] { return agreement.awaited(); }, "while the survivors agreed on the failed set",
+                     false);
+  return Survivors{*agreement.decided(), epoch};
+}
+
+void Comm::shrink_wait_locked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
+                              const std::function<std::vector<int>()>& awaited, const std::string& during,
+                              bool silence_fails) {
+  const auto patience = shrink_patience();
+  for (;;) {
+    drive_failed_locked();
+    if (ready()) return;
+    const auto now = Clock::now();
+    for (const int r : awaited()) {
+      const bool named = told_failed_[static_cast<size_t>(r)] != 0;
+      if (!(named && silence_fails) && !detector_->unanswered(r, patience, now)) continue;
+      const std::string reason =
+          "rank " + std::to_string(r) +
+          (named ? " failed " : " did not answer within " + std::to_string(patience.count()) + " ms ") + during;
+      detector_->name_later(r, reason);
+      if (silence_fails) fail_peer(Errc::peer_failed, r, reason + "; shrink again");
+    }
     if (interrupt::requested())
       fail(Errc::invalid_state, "rank " + std::to_string(rank_) + " was interrupted by the application (a signal) in a shrink");
-    const auto now = Clock::now();
-    for (const int r : agreement.awaited())
-      if (detector_->unanswered(r, patience, now))
-        detector_->name_later(r, "rank " + std::to_string(r) + " did not answer within " +
-                                     std::to_string(patience.count()) + " ms while the survivors agreed on the failed set");
     sleep_locked(lock, std::chrono::milliseconds(1));
   }
 }
@@ -659,7 +664,7 @@ std::vector<std::vector<std::byte>> Comm::survivors_allgather(uint32_t epoch, ui
   constexpr uint32_t kBundle = 0x80000000u;
   std::unique_lock lock(engine_mutex_);
   const int leader = members.front();
-  const auto patience = shrink_patience();
+  const char* during = "while the survivors set up their communicator";
   const auto frame = [&](uint32_t tag, std::span<const std::byte> payload) {
     std::vector<std::byte> body(8 + payload.size());
     std::memcpy(body.data(), &epoch, 4);
@@ -667,29 +672,12 @@ std::vector<std::vector<std::byte>> Comm::survivors_allgather(uint32_t epoch, ui
     if (!payload.empty()) std::memcpy(body.data() + 8, payload.data(), payload.size());
     return body;
   };
-  // Waits until `ready` holds, naming a silent or failed rank among `awaited()`.
-  const auto wait_for = [&](const auto& ready, const auto& awaited) {
-    for (;;) {
-      drive_failed_locked();
-      if (ready()) return;
-      const auto now = Clock::now();
-      for (const int r : awaited()) {
-        if (told_failed_[static_cast<size_t>(r)] != 0 || detector_->unanswered(r, patience, now)) {
-          const std::string reason = "rank " + std::to_string(r) + " failed while the survivors set up their communicator";
-          detector_->name_later(r, reason);
-          fail_peer(Errc::peer_failed, r, reason + "; shrink again");
-        }
-      }
-      if (interrupt::requested())
-        fail(Errc::invalid_state, "rank " + std::to_string(rank_) + " was interrupted by the application (a signal) in a shrink");
-      sleep_locked(lock, std::chrono::milliseconds(1));
-    }
-  };
   std::vector<std::vector<std::byte>> all;
   if (rank_ != leader) {
     survivor_send(leader, SurvivorSink::kSurvivorBlob, frame(step, mine));
     const std::tuple<uint32_t, uint32_t, int> key{epoch, step | kBundle, leader};
-    wait_for([&] { return survivor_blobs_.count(key) != 0; }, [&] { return std::vector<int>{leader}; });
+    shrink_wait_locked(lock, [&] { return survivor_blobs_.count(key) != 0; }, [&] { return std::vector<int>{leader}; },
+                       during, true);
     const std::vector<std::byte> bundle = std::move(survivor_blobs_[key]);
     survivor_blobs_.erase(key);
     size_t at = 0;
@@ -712,7 +700,7 @@ std::vector<std::vector<std::byte>> Comm::survivors_allgather(uint32_t epoch, ui
       if (survivor_blobs_.count({epoch, step, m}) == 0) ranks.push_back(m);
     return ranks;
   };
-  wait_for([&] { return missing().empty(); }, missing);
+  shrink_wait_locked(lock, [&] { return missing().empty(); }, missing, during, true);
   std::vector<std::byte> bundle;
   for (const int m : members) {
     auto found = survivor_blobs_.find({epoch, step, m});

@@ -34,7 +34,7 @@ void FailureDetector::watch(int peer, std::chrono::milliseconds timeout, Clock::
 
 bool FailureDetector::unanswered(int peer, std::chrono::milliseconds timeout, Clock::time_point now) {
   const auto p = static_cast<size_t>(peer);
-  const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
+  const auto period = probe_period(timeout);
   if (!ping_sent_[p] && now - last_heard_[p] < period) return false;
   // A ping can be lost (a rank failing drops what is not failure news), so one is sent
   // again every period while none is answered; silence counts from the first.
@@ -74,7 +74,7 @@ void FailureDetector::name_later(int culprit, const std::string& reason) {
 void FailureDetector::heartbeat(Clock::time_point now, std::chrono::milliseconds timeout) {
   if (size_ < 2 || !heartbeat_on_.load(std::memory_order_relaxed)) return;
   const int successor = (rank_ + 1) % size_;
-  const auto period = std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
+  const auto period = probe_period(timeout);
   const auto s = static_cast<size_t>(successor);
   if (!ping_sent_[s] && now - last_heard_[s] < period) return;
   watch(successor, timeout, now);

@@ -49,6 +49,13 @@ void SurvivorChannel::send(int peer, std::span<const std::byte> message) {
   pump(peer);
 }
 
+void SurvivorChannel::give_up(int peer, const Error& error) {
+  log::debug(std::string("survivors' channel: rank ") + std::to_string(peer) + " taken for gone: " + error.what());
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  p.gone = true;
+  p.queue.clear();
+}
+
 void SurvivorChannel::pump(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   while (!p.gone && !p.queue.empty() && p.sent - p.acked < 2) {
@@ -61,9 +68,7 @@ void SurvivorChannel::pump(int peer) {
       transport_.write_notify(*region_, outbox(peer, p.sent), *p.region, inbox(rank_, p.sent), fragment.size(),
                               codec_.control(kControlSurvivor, static_cast<uint32_t>(rank_), p.sent));
     } catch (const Error& error) {
-      log::debug(std::string("survivors' channel: rank ") + std::to_string(peer) + " taken for gone: " + error.what());
-      p.gone = true;
-      p.queue.clear();
+      give_up(peer, error);
       return;
     }
     ++p.sent;
@@ -113,9 +118,7 @@ void SurvivorChannel::consume(int sender) {
   try {
     transport_.notify(sender, codec_.control(kControlSurvivorAck, static_cast<uint32_t>(rank_), p.consumed));
   } catch (const Error& error) {
-    log::debug(std::string("survivors' channel: rank ") + std::to_string(sender) + " taken for gone: " + error.what());
-    p.gone = true;
-    p.queue.clear();
+    give_up(sender, error);
   }
 }
 

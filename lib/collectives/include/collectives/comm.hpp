@@ -203,6 +203,14 @@ class Comm final : private PeerNotices {
   // blobs of survivors_allgather; and the failed ranks named since, to every agreement.
   void serve_survivors_locked();
   SurvivorAgreement& survivor_agreement_locked(uint32_t epoch);
+  // A shrink's wait (engine lock held by `lock`): drives the failed communicator until
+  // `ready()`, pinging the ranks `awaited()` names. One silent for shrink_patience() is
+  // named failed, every rank told ("rank R did not answer within T ms <during>"); with
+  // `silence_fails` the wait then throws Errc::peer_failed naming it, as it does for an
+  // awaited rank another rank named failed.
+  void shrink_wait_locked(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
+                          const std::function<std::vector<int>()>& awaited, const std::string& during,
+                          bool silence_fails);
   // How long a shrink waits on a silent rank before naming it: twice the timeout. A live
   // survivor's engine may be inside sends to the dead rank for up to the timeout when the
   // failure strikes (half in the post that fails, half in the failure news), and answers
@@ -214,8 +222,9 @@ class Comm final : private PeerNotices {
   void check_waits_against_agreement_locked();
   void heartbeat_locked(std::chrono::steady_clock::time_point now);
   // Engine lock held, the communicator failing or failed: dispatches the failure notices
-  // and their acknowledgements among `values` (a malformed one is logged and skipped) and
-  // drops the rest, which nothing reads any more.
+  // and the control messages among `values` (pings, pongs, acknowledgements, the
+  // survivors' channel; agreement blobs once failed; a malformed one is logged and
+  // skipped) and drops the rest, which nothing reads any more.
   void take_failure_news_locked(std::span<const uint64_t> values);
   // In the destructor of a failed communicator: delivers our failure notices (answers
   // theirs) until every peer but the culprit knows, or a bounded time passed.

@@ -9,6 +9,7 @@
 // their own (tests/unit/test_failure_detector.cpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -48,6 +49,12 @@ class FailureDetector {
   using Clock = std::chrono::steady_clock;
 
   FailureDetector(int rank, int size, PeerNotices& notices, Clock::time_point now);
+
+  // How long a waiter lets a peer stay quiet before it pings it, and how often the heartbeat
+  // pings: a quarter of `timeout`, at most a second.
+  static std::chrono::milliseconds probe_period(std::chrono::milliseconds timeout) {
+    return std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(1000));
+  }
 
   // --- Liveness.
   // The peer's engine answered: a pong, or any message that only its engine sends.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <collectives/notification.hpp>
+#include <support/error.hpp>
 #include <transport/transport.hpp>
 
 namespace pcoll {
@@ -75,6 +76,8 @@ class SurvivorChannel {
   size_t inbox(int sender, uint64_t sequence) const;
   size_t outbox(int peer, uint64_t sequence) const;
   void pump(int peer);
+  // A write or notify to `peer` failed: it is taken for gone, and what is queued for it dropped.
+  void give_up(int peer, const Error& error);
   void consume(int sender);
 
   transport::Transport& transport_;
