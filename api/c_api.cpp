@@ -156,6 +156,7 @@ void pcoll_allreduce_opts_init(pcoll_allreduce_opts_t* opts) {
   opts->timeout_ms = 0;  // 0: PCOLL_TIMEOUT_MS or 30000, resolved at creation
   opts->quorum = 0;      // 0: floor(P/2) + 1, resolved at creation
   opts->grace_us = 0;
+  opts->elastic = 0;
 }
 
 int pcoll_init(pcoll_comm_t** comm) {
@@ -230,6 +231,29 @@ int pcoll_comm_shrink(pcoll_comm_t* comm, pcoll_comm_t** survivors) {
     auto made = std::make_unique<pcoll_comm>();
     made->comm = pcoll::shrink(*comm->comm);
     *survivors = made.release();
+  });
+}
+
+int pcoll_allreduce_resume(pcoll_allreduce_t* old_handle, pcoll_comm_t* survivors, void* recvbuf, int* delivered,
+                           pcoll_round_info_t* info, pcoll_allreduce_t** resumed) {
+  return guarded("pcoll_allreduce_resume", [&] {
+    require(old_handle != nullptr, "old_handle is NULL");
+    require(survivors != nullptr, "survivors is NULL");
+    require(delivered != nullptr, "delivered is NULL");
+    require(resumed != nullptr, "resumed is NULL");
+    *resumed = nullptr;
+    *delivered = 0;
+    auto made = std::make_unique<pcoll_allreduce>();
+    made->comm = survivors->comm;
+    pcoll::Allreduce::Resumed out = pcoll::Allreduce::resume(*old_handle->handle, *survivors->comm, recvbuf);
+    made->handle = std::move(out.handle);
+    made->info = std::move(out.info);
+    *delivered = out.delivered ? 1 : 0;
+    if (out.delivered) export_info(made->info, info);
+    // The old handle goes; its memory stays registered with its failed communicator until
+    // that is finalized (Comm::release_region).
+    delete old_handle;
+    *resumed = made.release();
   });
 }
 

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define PCOLL_VERSION_MAJOR 0
-#define PCOLL_VERSION_MINOR 2
+#define PCOLL_VERSION_MINOR 3
 
 /* Status codes. */
 #define PCOLL_SUCCESS 0
@@ -70,6 +70,14 @@ typedef struct {
   uint32_t quorum;     /* ranks whose arrival starts a round, 1..P; default 0: floor(P/2) + 1 */
   uint32_t grace_us;   /* default 0: wait for the quorum; else the first arrival also starts the
                           round grace_us after it posted, with fewer ranks if need be */
+  uint32_t elastic;    /* default 0; 1: the handle can be resumed on the survivors of a failure
+                          (pcoll_allreduce_resume). It keeps what resume needs: the last
+                          round's result (count elements of dtype) and the contribution of the
+                          round it runs (count accumulation elements), so up to about two
+                          more vectors, and one more copy of each per round (memory_bytes in
+                          pcoll_allreduce_stats counts them; docs/design.md, "Resuming a
+                          handle"). Handles without it keep their memory bound, and resume
+                          refuses them. */
 } pcoll_allreduce_opts_t;
 
 typedef struct {
@@ -139,9 +147,33 @@ PCOLL_API int pcoll_comm_failed_ranks(const pcoll_comm_t *comm, int *ranks, int 
  * failed gets PCOLL_ERR_PEER_FAILED naming its exclusion; PCOLL_ERR_INVALID_STATE where no
  * failure was reported. If a survivor fails while the new communicator is set up, the call
  * returns PCOLL_ERR_PEER_FAILED naming it, and may be made again on `comm`. Handles of
- * `comm` do not move to the new communicator (create them again on it).
+ * `comm` move to the new communicator with pcoll_allreduce_resume (elastic handles), or are
+ * created again on it.
  * docs/design.md, "Shrinking to the survivors". */
 PCOLL_API int pcoll_comm_shrink(pcoll_comm_t *comm, pcoll_comm_t **survivors);
+/* Collective over `survivors` (made by pcoll_comm_shrink from the communicator of
+ * `old_handle`), for a handle created with opts.elastic = 1: the same handle (count, dtype,
+ * op, mode, options; a quorum larger than the new size is capped at it) on `survivors`,
+ * with every survivor's carry moved into it, so nothing a survivor contributed is lost.
+ * The survivors agree on R, the last round any of them completed. The call the failure
+ * interrupted (run, start/test/wait, timedwait or flush; its sendbuf must stay valid until
+ * resume returns) is settled: if its round is <= R, `recvbuf` gets that round's result
+ * (the one every survivor that has it got), *delivered = 1 and *info (may be NULL) is that
+ * round's info, whose fresh_mask is over the old ranks; otherwise that round did not happen
+ * on this handle: its sendbuf is carried as a late caller's would be, *delivered = 0, and
+ * the application's next call is that round number again, with its next data. A survivor
+ * with no call interrupted (a start that returned the failure posted nothing) gets
+ * *delivered = 0 and nothing carried. Rounds <= R it has not collected come back at once
+ * from its next calls, as for any late caller; the first new round on every survivor is
+ * R + 1. What the failed ranks contributed to rounds <= R is in those rounds' results; what
+ * they had not contributed is lost. On success the old handle is freed and *resumed is
+ * the new one; on failure (a survivor died during the call: PCOLL_ERR_PEER_FAILED) the old
+ * handle stays as it was, for another shrink and resume, or pcoll_allreduce_destroy.
+ * PCOLL_ERR_INVALID_ARGUMENT on every survivor for a handle without opts.elastic or a
+ * communicator that was not shrunk from the handle's; PCOLL_ERR_MISMATCH when survivors
+ * resume different handles. docs/design.md, "Resuming a handle". */
+PCOLL_API int pcoll_allreduce_resume(pcoll_allreduce_t *old_handle, pcoll_comm_t *survivors, void *recvbuf,
+                                     int *delivered, pcoll_round_info_t *info, pcoll_allreduce_t **resumed);
 /* Admits the processes waiting to join `comm` (elastic jobs, docs/reliability.md). Not built
  * yet: returns PCOLL_ERR_UNSUPPORTED with a message saying so and sets *grown to NULL, at
  * once, on every rank (it waits for nobody). */

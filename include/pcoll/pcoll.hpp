@@ -62,6 +62,7 @@ struct options {
   std::uint32_t timeout_ms = 0;  // 0: PCOLL_TIMEOUT_MS or 30000
   std::uint32_t quorum = 0;      // mode::quorum: ranks that start a round; 0: floor(P/2) + 1
   std::uint32_t grace_us = 0;    // mode::quorum: 0 waits for the quorum
+  bool elastic = false;          // the handle can be resumed after a failure (allreduce::resume)
 
   pcoll_allreduce_opts_t to_c() const {
     pcoll_allreduce_opts_t c;
@@ -73,6 +74,7 @@ struct options {
     c.timeout_ms = timeout_ms;
     c.quorum = quorum;
     c.grace_us = grace_us;
+    c.elastic = elastic ? 1u : 0u;
     return c;
   }
 };
@@ -165,6 +167,9 @@ class communicator {
   std::unique_ptr<pcoll_comm_t, finalizer> comm_;
 };
 
+template <typename T>
+struct resumed_allreduce;
+
 // A persistent allreduce of `count` elements of T. Creation is collective.
 template <typename T>
 class allreduce {
@@ -222,8 +227,15 @@ class allreduce {
   }
   // Collective; the destructor does the same but cannot report an error.
   void destroy() { detail::check(pcoll_allreduce_destroy(handle_.release())); }
+  // This handle (options::elastic), interrupted by a failure, on `survivors` (made by
+  // shrink() from its communicator): pcoll_allreduce_resume. `recv` gets the interrupted
+  // call's result when its round happened (delivered). On success this object is empty
+  // and the returned one goes on; on an error this one stays, to be resumed again.
+  resumed_allreduce<T> resume(communicator& survivors, std::span<T> recv);
 
  private:
+  allreduce(pcoll_allreduce_t* raw, int size, std::size_t count) : size_(size), count_(count) { handle_.reset(raw); }
+  friend struct resumed_allreduce<T>;
   void check_sizes(std::size_t send, std::size_t recv) const {
     if (send != count_ || recv != count_)
       throw error(PCOLL_ERR_INVALID_ARGUMENT,
@@ -237,5 +249,26 @@ class allreduce {
   std::size_t count_;
   std::unique_ptr<pcoll_allreduce_t, destroyer> handle_;
 };
+
+template <typename T>
+struct resumed_allreduce {
+  allreduce<T> handle;
+  bool delivered = false;  // the interrupted call's round happened; recv holds its result
+  round_info info;         // that round's info (fresh_mask over the old ranks)
+};
+
+template <typename T>
+resumed_allreduce<T> allreduce<T>::resume(communicator& survivors, std::span<T> recv) {
+  check_sizes(count_, recv.size());
+  pcoll_allreduce_t* raw = nullptr;
+  pcoll_round_info_t c_info{};
+  int delivered = 0;
+  detail::check(pcoll_allreduce_resume(handle_.get(), survivors.get(), recv.data(), &delivered, &c_info, &raw));
+  handle_.release();  // freed by resume
+  const int old_size = size_;
+  resumed_allreduce<T> out{allreduce<T>(raw, survivors.size(), count_), delivered != 0, {}};
+  if (out.delivered) out.info = detail::copy_info(c_info, old_size);
+  return out;
+}
 
 }  // namespace pcoll

@@ -9,6 +9,8 @@
 #include <collectives/allreduce.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstring>
 
 #include <collectives/activation.hpp>
@@ -32,9 +34,21 @@ void Allreduce::MemoryRelease::operator()(HandleMemory* memory) const {
 }
 
 Allreduce::Allreduce(Comm& comm, const HandleSpec& spec, const std::string& invalid_argument_here)
+    : Allreduce(comm, spec, invalid_argument_here, ForResume{}) {
+  std::lock_guard lock(comm.engine_mutex());
+  ready_ = true;
+}
+
+Allreduce::Allreduce(Comm& comm, const HandleSpec& spec, const std::string& invalid_argument_here, ForResume)
     : comm_(comm), transport_(comm.transport()), codec_(comm.codec()), spec_(spec),
       rank_(comm.rank()), size_(comm.size()), timeout_(spec.timeout()), memory_(nullptr, MemoryRelease{&comm}),
       stats_(comm.size()) {
+  create(invalid_argument_here);
+}
+
+void Allreduce::create(const std::string& invalid_argument_here) {
+  Comm& comm = comm_;
+  const HandleSpec& spec = spec_;
   observers_.push_back(&stats_);
   {
     // Ids agree on every rank: every rank creates and destroys the same handles in order.
@@ -80,7 +94,6 @@ Allreduce::Allreduce(Comm& comm, const HandleSpec& spec, const std::string& inva
   {
     std::lock_guard lock(comm.engine_mutex());
     ++epoch_;
-    ready_ = true;
   }
   if (trace_) estimate_clock_offset();
   log::debug("allreduce handle " + std::to_string(id_) + ": " + describe(offer.signature) + ", " +
@@ -369,6 +382,7 @@ void Allreduce::complete_round() {
   // a late sendbuf it posted meanwhile into the carry). Otherwise it stays in the work
   // buffer for the application to collect.
   memory_->round_completed();
+  if (spec_.opts.elastic != 0) memory_->keep_last_result();
   if (posted_ && posted_->round == round) {
     const void* late = pending_late_;
     pending_late_ = nullptr;
@@ -402,6 +416,12 @@ void Allreduce::fill_info(uint64_t round, RoundInfo& info) {
 // --- The plan's chunks (ExecutorPort) -------------------------------------------------------
 
 void Allreduce::write_chunk(const Step& step, const Chunk& chunk, uint64_t round, uint32_t tag) {
+  if (spec_.kill_at_write != 0) {
+    // PCOLL_TEST_KILL_AT_WRITE: a death between two writes of one round, which leaves the
+    // survivors that got this rank's last writes a round ahead of those that did not.
+    static std::atomic<uint64_t> writes{0};
+    if (++writes == spec_.kill_at_write) ::raise(SIGKILL);
+  }
   const Transfer& send = *step.send;
   const size_t target = send.lands_in_result()
                             ? memory_->acc_bytes(chunk.offset)

@@ -92,8 +92,16 @@ void Allreduce::post(uint64_t round, const void* sendbuf, void* recvbuf, bool fl
     else memory_->hand_over_moved(round, recvbuf, sendbuf);
     posted_->delivered = true;
   }
-  if (policy_->arrival_counter(round)) count_arrival(lock, round);
-  comm_.drive_locked();
+  // The round is posted: a failure found from here on is the next wait's (or test's) to
+  // report, so that a start that returns an error has posted nothing, and the call a failure
+  // interrupts is always one whose round is outstanding (pcoll_allreduce_resume settles it).
+  try {
+    // Rounds before a resumed handle's first ran on the old communicator: nothing to count.
+    if (round >= first_round_ && policy_->arrival_counter(round)) count_arrival(lock, round);
+    comm_.drive_locked();
+  } catch (const Error&) {
+    if (!comm_.failed()) throw;
+  }
 }
 
 bool Allreduce::deliver_if_ready_locked(RoundInfo* info) {

@@ -16,6 +16,7 @@ const char* kind_name(CallKind kind) {
     case CallKind::barrier: return "barrier";
     case CallKind::finalize: return "finalize";
     case CallKind::clock_sample: return "the clock sample of creating traced handle";
+    case CallKind::resume: return "resume";
   }
   return "an unknown collective call";
 }
@@ -50,7 +51,8 @@ std::optional<std::string> table_mismatch(int self, int other, const CallRecord&
 
 std::string describe_call(const CallHeader& header) {
   std::string text = kind_name(header.kind);
-  if (header.kind == CallKind::create || header.kind == CallKind::destroy || header.kind == CallKind::clock_sample)
+  if (header.kind == CallKind::create || header.kind == CallKind::destroy || header.kind == CallKind::clock_sample ||
+      header.kind == CallKind::resume)
     text += " of handle " + std::to_string(header.handle);
   if (header.kind == CallKind::destroy) text += " after " + rounds_text(header.rounds);
   return text;
@@ -72,6 +74,9 @@ std::optional<std::string> agreement_mismatch(int self, std::span<const CallReco
       return rank_text(other) + " called " + describe_call(theirs.header) + " while " + rank_text(self) + " called " +
              describe_call(mine.header);
   }
+  // Survivors come out of a failure at different rounds of their handles (the call the
+  // failure interrupted, docs/design.md "Resuming a handle"): resume compares calls only.
+  if (mine.header.kind == CallKind::resume) return std::nullopt;
   for (size_t r = 0; r < records.size(); ++r) {
     if (static_cast<int>(r) == self) continue;
     if (auto found = table_mismatch(self, static_cast<int>(r), mine, records[r])) return found;

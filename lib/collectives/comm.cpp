@@ -69,6 +69,8 @@ class Comm::SurvivorSink final : public SurvivorAgreement::Sink {
 
 Comm::Comm(std::unique_ptr<bootstrap::Bootstrap> boot, const TransportFactory& make_transport)
     : boot_(std::move(boot)), make_transport_(make_transport) {
+  static std::atomic<uint64_t> made{0};
+  serial_ = ++made;
   // A setup that fails leaves the job broken: the bootstrap must not then wait in a final
   // barrier of its own, which would join the other ranks' setup collectives. Nor may the
   // transport, torn down with it, progress towards a peer that died during setup (UCX

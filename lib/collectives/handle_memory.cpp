@@ -42,7 +42,10 @@ uint64_t HandleMemory::footprint(const HandleSpec& spec, int ranks, size_t landi
   const uint64_t work = rounded_to_line(saturating_mul(saturating_add(spec.count, flag_words), acc));
   const uint64_t landing = rounded_to_line(saturating_mul(landing_elems, acc));
   const uint64_t scratch = saturating_mul(std::min<uint64_t>(spec.count, kScratchElems), acc);
-  return saturating_add(saturating_add(work, landing), saturating_add(saturating_mul(counter_words, 8), scratch));
+  // An elastic handle keeps a contribution (accumulation type) and a result (user type).
+  const uint64_t elastic = spec.opts.elastic != 0 ? saturating_mul(spec.count, acc + element_bytes(spec.dtype)) : 0;
+  return saturating_add(saturating_add(saturating_add(work, landing), elastic),
+                        saturating_add(saturating_mul(counter_words, 8), scratch));
 }
 
 HandleMemory::HandleMemory(transport::Transport& transport, const HandleSpec& spec, int rank, int ranks,
@@ -60,6 +63,7 @@ HandleMemory::HandleMemory(transport::Transport& transport, const HandleSpec& sp
   scratch_.resize(acc_bytes(std::min(spec.count, kScratchElems)));
   ring_.resize(static_cast<size_t>(spec.opts.max_lag) + 2);
   late_by_round_.assign(ring_.size(), false);
+  elastic_ = spec.opts.elastic != 0;
 }
 
 void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, bool flush) {
@@ -86,6 +90,12 @@ void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, b
   carry_in_work_ = false;
   holds_ = Holds::round;
   early_delivered_ = 0;
+  // What resume carries if this round never completes anywhere (late = drop carries nothing).
+  if (elastic_ && spec_.opts.late != PCOLL_LATE_DROP) {
+    joined_contribution_.resize(acc_bytes(count));
+    copy_bytes(joined_contribution_.data(), acc, acc_bytes(count));
+    traffic_ += 2 * acc_bytes(count);
+  }
   // A flush names itself in the flush words: a round some ranks flush and others run is a
   // mismatch (Allreduce::fill_info).
   flags_.write(acc + acc_bytes(count), rank_, fresh, initiated, flush);
@@ -174,8 +184,65 @@ void HandleMemory::add_to_carry(const void* sendbuf) {
   }
 }
 
+void HandleMemory::keep_last_result() {
+  last_result_.resize(user_elem_bytes_ * spec_.count);
+  from_accumulator(spec_.dtype, spec_.op, ranks_, work(), last_result_.data(), spec_.count);
+  traffic_ += out_of_acc(spec_.count);
+}
+
+std::vector<std::byte> HandleMemory::carry_for_resume(bool active_round) const {
+  std::vector<std::byte> carry;
+  if (spec_.opts.late == PCOLL_LATE_DROP || spec_.count == 0) return carry;
+  const size_t bytes = acc_bytes(spec_.count);
+  if (active_round && joined_contribution_.size() == bytes) carry = joined_contribution_;
+  else if (!active_round && holds_ == Holds::carry && carry_in_work_) carry.assign(work(), work() + bytes);
+  if (!spill_.empty()) {
+    if (carry.empty()) carry = spill_;
+    else reduce_into(spec_.dtype, carry_op(spec_.op), carry.data(), spill_.data(), spec_.count);
+  }
+  return carry;
+}
+
+void HandleMemory::fold_into(std::vector<std::byte>& carry, const void* sendbuf) const {
+  if (spec_.opts.late == PCOLL_LATE_DROP || spec_.count == 0 || sendbuf == nullptr) return;
+  if (carry.empty()) {
+    carry.resize(acc_bytes(spec_.count));
+    to_accumulator(spec_.dtype, sendbuf, carry.data(), spec_.count);
+  } else {
+    reduce_user_into(spec_.dtype, carry_op(spec_.op), carry.data(), sendbuf, spec_.count);
+  }
+}
+
+void HandleMemory::install_carry(const std::vector<std::byte>& carry) {
+  holds_ = Holds::carry;
+  carry_in_work_ = false;
+  if (carry.empty()) return;
+  if (carry.size() != acc_bytes(spec_.count)) fail(Errc::internal, "a resumed carry of the wrong size");
+  copy_bytes(work(), carry.data(), carry.size());
+  carry_in_work_ = true;
+}
+
+void HandleMemory::install_result(uint64_t round, const RoundInfo& info, std::vector<std::byte> result) {
+  if (result.size() != user_elem_bytes_ * spec_.count) fail(Errc::internal, "a resumed result of the wrong size");
+  Completed& slot = completed(round);
+  slot.round = round;
+  slot.info = info;
+  slot.result = std::move(result);
+  set_late(round, info.caller_late);
+}
+
+void HandleMemory::install_last_result(uint64_t round, std::vector<std::byte> result, const RoundInfo& info) {
+  last_result_ = std::move(result);
+  Completed& slot = completed(round);
+  if (slot.round == round) return;  // installed with its result (not collected yet)
+  slot.round = round;
+  slot.info = info;
+  set_late(round, info.caller_late);
+}
+
 uint64_t HandleMemory::memory_bytes() const {
-  uint64_t bytes = registered_bytes() + scratch_.size() + spill_.capacity();
+  uint64_t bytes = registered_bytes() + scratch_.size() + spill_.capacity() + joined_contribution_.capacity() +
+                   last_result_.capacity();
   for (const Completed& slot : ring_) bytes += slot.result.capacity();
   return bytes;
 }

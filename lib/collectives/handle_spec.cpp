@@ -37,6 +37,7 @@ void read_settings(HandleSpec& spec, const std::function<void(bool, const std::s
                        "PCOLL_CHUNK_BYTES=" + std::to_string(spec.chunk_bytes) + "; raise it or lower PCOLL_CHUNK_BYTES");
     spec.plan_rules = plan_rules_from_settings();
     spec.flat_plan = CollectivesSettings::get_choice("PCOLL_PLAN") == "flat";
+    spec.kill_at_write = CollectivesSettings::get_unsigned("PCOLL_TEST_KILL_AT_WRITE");
     if (const auto dir = CollectivesSettings::get_text("PCOLL_TRACE")) {
       std::error_code error;
       if (!std::filesystem::is_directory(*dir, error) || ::access(dir->c_str(), W_OK) != 0)
@@ -83,6 +84,8 @@ HandleSpec make_spec(const CreateRequest& request, int ranks, std::chrono::milli
     check(late_ok, "opts.late = " + std::to_string(late) + " is not PCOLL_LATE_CARRY or PCOLL_LATE_DROP");
     if (late_ok) spec.opts = *request.opts;
   }
+  check(spec.opts.elastic <= 1, "opts.elastic = " + std::to_string(spec.opts.elastic) +
+                                    " is neither 0 nor 1 (1: the handle can be resumed after a failure)");
   check(spec.opts.max_lag <= kMaxLag, "opts.max_lag = " + std::to_string(spec.opts.max_lag) +
                                           " is above 64 (each unit of lag buffers one result)");
   const std::string mode_problem = mode->check_options(spec.opts, ranks);
@@ -98,7 +101,8 @@ Signature signature_of(const HandleSpec& spec, uint32_t handle) {
   return Signature{spec.count, static_cast<uint64_t>(spec.dtype), static_cast<uint64_t>(spec.op),
                    static_cast<uint64_t>(spec.mode), static_cast<uint64_t>(spec.opts.late), spec.opts.max_lag,
                    spec.opts.sync_every, spec.opts.seed, spec.opts.quorum, spec.opts.grace_us, spec.chunk_bytes,
-                   spec.pool_bytes, plan_rules_digest(spec.plan_rules), handle, spec.trace_dir.empty() ? 0u : 1u, spec.flat_plan ? 1u : 0u, 0};
+                   spec.pool_bytes, plan_rules_digest(spec.plan_rules), handle, spec.trace_dir.empty() ? 0u : 1u, spec.flat_plan ? 1u : 0u,
+                   spec.opts.elastic, 0};
 }
 
 std::string describe(const Signature& s) {
@@ -113,7 +117,7 @@ std::string describe(const Signature& s) {
          " grace_us=" + std::to_string(s.grace_us) + " chunk_bytes=" + std::to_string(s.chunk_bytes) +
          " pool_bytes=" + std::to_string(s.pool_bytes) + " plan_rules=#" + std::to_string(s.plan_rules) + " (PCOLL_PLAN_RULES, PCOLL_RD_MAX_BYTES)" +
          " handle=" + std::to_string(s.handle) + " traced=" + std::to_string(s.traced) + " (PCOLL_TRACE) plan=" +
-         (s.flat_plan ? "flat" : "auto") + " (PCOLL_PLAN) direct=" + std::to_string(s.direct) +
+         (s.flat_plan ? "flat" : "auto") + " (PCOLL_PLAN) elastic=" + std::to_string(s.elastic) + " direct=" + std::to_string(s.direct) +
          " (1: every peer's memory maps here)";
 }
 

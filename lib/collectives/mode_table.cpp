@@ -11,10 +11,10 @@ constexpr EnumName kNames[] = {{PCOLL_MODE_SYNC, "sync"}, {PCOLL_MODE_SOLO, "sol
 
 // The first row is the default, for a creation whose mode argument was refused.
 constexpr ModeRow kModes[] = {
-    {PCOLL_MODE_SYNC, refuse_quorum_options, false, make_sync_policy},
-    {PCOLL_MODE_SOLO, refuse_quorum_options, false, make_solo_policy},
-    {PCOLL_MODE_MAJORITY, refuse_quorum_options, false, make_majority_policy},
-    {PCOLL_MODE_QUORUM, check_quorum_options, true, make_quorum_policy},
+    {PCOLL_MODE_SYNC, refuse_quorum_options, keep_options, false, make_sync_policy},
+    {PCOLL_MODE_SOLO, refuse_quorum_options, keep_options, false, make_solo_policy},
+    {PCOLL_MODE_MAJORITY, refuse_quorum_options, keep_options, false, make_majority_policy},
+    {PCOLL_MODE_QUORUM, check_quorum_options, fit_quorum_options, true, make_quorum_policy},
 };
 
 }  // namespace
@@ -34,5 +34,7 @@ std::string refuse_quorum_options(pcoll_allreduce_opts_t& opts, int /*ranks*/) {
   return "opts.quorum = " + std::to_string(opts.quorum) + " and opts.grace_us = " + std::to_string(opts.grace_us) +
          " are for PCOLL_MODE_QUORUM only; leave them 0";
 }
+
+void keep_options(pcoll_allreduce_opts_t& /*opts*/, int /*ranks*/) {}
 
 }  // namespace pcoll

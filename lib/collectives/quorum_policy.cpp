@@ -3,6 +3,7 @@
 // grace, the first rank to post also starts it grace_us after it posted. A rank whose
 // count says it starts nothing joins at once (joins_when_posted). docs/design.md,
 // "Counting arrivals", says why the counters are laid out as they are.
+#include <algorithm>
 #include <string>
 
 #include <collectives/mode_table.hpp>
@@ -33,11 +34,13 @@ class QuorumPolicy final : public StartPolicy {
   }
 
   size_t counter_words() const override { return words_; }
+  void begin_at(uint64_t round) override { first_round_ = round; }
 
   std::optional<ArrivalCounter> arrival_counter(uint64_t round) const override {
     const auto ranks = static_cast<uint64_t>(context().size);
-    const uint64_t uses = round / ranks;  // rounds hosted by that rank before this one
-    return ArrivalCounter{static_cast<int>(round % ranks), static_cast<size_t>(uses % words_),
+    const uint64_t counted = round - first_round_;  // the counters start at zero here
+    const uint64_t uses = counted / ranks;  // rounds hosted by that rank before this one
+    return ArrivalCounter{static_cast<int>(counted % ranks), static_cast<size_t>(uses % words_),
                           ranks * (uses / words_)};
   }
 
@@ -70,6 +73,7 @@ class QuorumPolicy final : public StartPolicy {
 
  private:
   size_t words_;
+  uint64_t first_round_ = 0;  // begin_at
   // The round this rank's arrival completed the quorum of, and the round whose grace this
   // rank runs (it arrived first) with its deadline. UINT64_MAX: none.
   uint64_t reached_ = UINT64_MAX;
@@ -91,6 +95,10 @@ std::string check_quorum_options(pcoll_allreduce_opts_t& opts, int ranks) {
            " ranks (1.." + std::to_string(ranks) + ", or 0 for a majority)";
   if (opts.grace_us > kMaxGraceUs) return "opts.grace_us = " + std::to_string(opts.grace_us) + " is above 60 s";
   return {};
+}
+
+void fit_quorum_options(pcoll_allreduce_opts_t& opts, int ranks) {
+  opts.quorum = std::min(opts.quorum, static_cast<uint32_t>(ranks));
 }
 
 }  // namespace pcoll

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <pcoll/pcoll.h>
-#include "subprocess.hpp"
+#include "store_job.hpp"
 
 namespace {
 
@@ -133,17 +133,13 @@ int run_child(const std::string& scenario) {
 
 void check_shrink(const char* provider, const std::string& scenario) {
   INFO("provider " << provider << ", scenario " << scenario);
-  const int port = test::free_port();
+  const test::ManualJob job{kRanks};
   std::vector<std::unique_ptr<test::Process>> ranks;
   for (int r = 0; r < kRanks; ++r) {
-    test::Env env = {{"PCOLL_RANK", std::to_string(r)},
-                     {"PCOLL_SIZE", std::to_string(kRanks)},
-                     {"PCOLL_ROOT", "127.0.0.1:" + std::to_string(port)},
-                     {"PCOLL_JOB_KEY", "shrink-check-" + std::to_string(port)},
-                     {"PCOLL_BOOTSTRAP", "store"},
-                     {"PCOLL_PROVIDER", provider},
-                     {"PCOLL_TIMEOUT_MS", std::to_string(kTimeoutMs)},
-                     {"FI_TCP_IFACE", "lo"}};
+    test::Env env = job.env(r, {{"PCOLL_BOOTSTRAP", "store"},
+                                {"PCOLL_PROVIDER", provider},
+                                {"PCOLL_TIMEOUT_MS", std::to_string(kTimeoutMs)},
+                                {"FI_TCP_IFACE", "lo"}});
     ranks.push_back(std::make_unique<test::Process>(std::vector<std::string>{g_self, "--child", scenario}, env));
   }
   std::string digest;

@@ -51,6 +51,17 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   // `invalid_argument_here` (an argument this rank's caller got wrong) and any local
   // failure (plan, memory) are reported on every rank, naming this rank.
   Allreduce(Comm& comm, const HandleSpec& spec, const std::string& invalid_argument_here = {});
+
+  // Collective over `survivors`, made by shrink from the failed communicator of `old`
+  // (allreduce_resume.cpp; pcoll_allreduce_resume says what it does). `old` is left as it
+  // was; the caller frees it once this returns. Throws Errc::invalid_argument on every
+  // survivor for a handle without opts.elastic or a communicator not shrunk from old's.
+  struct Resumed {
+    std::unique_ptr<Allreduce> handle;
+    bool delivered = false;  // the interrupted call's round happened: recvbuf holds its result
+    RoundInfo info;          // that round's info (delivered)
+  };
+  static Resumed resume(Allreduce& old, Comm& survivors, void* recvbuf);
   ~Allreduce() override;
   Allreduce(const Allreduce&) = delete;
   Allreduce& operator=(const Allreduce&) = delete;
@@ -104,7 +115,11 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
     bool delivered;  // result already written into recvbuf
   };
 
-  // Creation (this rank alone, then with the others).
+  // Creation (this rank alone, then with the others). A handle made for resume stays not
+  // ready_ until resume has set its rounds.
+  struct ForResume {};
+  Allreduce(Comm& comm, const HandleSpec& spec, const std::string& invalid_argument_here, ForResume);
+  void create(const std::string& invalid_argument_here);
   void prepare();
   void check_host_memory(uint64_t per_rank) const;
   void import_peers(const std::vector<transport::Bytes>& keys);
@@ -198,6 +213,7 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   uint64_t joined_ = 0;    // rounds joined
   uint64_t completed_ = 0; // rounds completed
   uint64_t activated_ = 0; // rounds < activated_ have been activated
+  uint64_t first_round_ = 0;  // the first round on this communicator (a resumed handle's R + 1)
   // The activation trees: over the nodes where the job spans several (activation.hpp),
   // flat under PCOLL_PLAN=flat.
   activation::Trees trees_{1};

@@ -22,10 +22,10 @@
 
 namespace pcoll {
 
-enum class CallKind : uint32_t { none = 0, create, destroy, barrier, finalize, clock_sample };
+enum class CallKind : uint32_t { none = 0, create, destroy, barrier, finalize, clock_sample, resume };
 
-// What an agreement is for. `handle` is the handle's id (create, destroy, clock_sample),
-// `rounds` the rounds posted on it (destroy).
+// What an agreement is for. `handle` is the handle's id (create, destroy, clock_sample,
+// resume), `rounds` the rounds posted on it (destroy) or the step (resume).
 struct CallHeader {
   CallKind kind = CallKind::none;
   uint32_t reserved = 0;

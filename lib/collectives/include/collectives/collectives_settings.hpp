@@ -56,6 +56,10 @@ inline constexpr auto kCollectivesRows = std::to_array<Setting>({
             "node_leader and node_rails (jobs over several nodes; only where these rules name them)"},
     {.name = "PCOLL_TEST_CLOCK_SKEW_MS", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
      .min = 0, .max = 86400000, .doc = "added to this rank's trace clock, to test the clock offsets"},
+    {.name = "PCOLL_TEST_KILL_AT_WRITE", .kind = Kind::test, .type = Type::unsigned_int, .fallback = "0",
+     .min = 0, .max = UINT32_MAX,
+     .doc = "this process SIGKILLs itself instead of its n-th data write of a round's plan (counted over all "
+            "handles from 1; 0: never), to test survivors that one failure leaves a round apart"},
 });
 
 }  // namespace settings

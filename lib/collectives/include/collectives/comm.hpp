@@ -178,6 +178,11 @@ class Comm final : private PeerNotices {
                                                           std::span<const std::byte> mine);
   // What made this communicator's transport: a shrunk one makes its own with it.
   const TransportFactory& transport_factory() const { return make_transport_; }
+  // This communicator's identity in this process (never reused), and that of the one it
+  // was shrunk from (0: none), so that a handle resumes only on the survivors of its own.
+  uint64_t serial() const { return serial_; }
+  uint64_t shrunk_from() const { return shrunk_from_; }
+  void set_shrunk_from(uint64_t serial) { shrunk_from_ = serial; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -244,6 +249,8 @@ class Comm final : private PeerNotices {
   void send_news(int peer, uint64_t value);
 
   std::unique_ptr<bootstrap::Bootstrap> boot_;
+  uint64_t serial_ = 0;
+  uint64_t shrunk_from_ = 0;
   int rank_ = 0;
   int size_ = 1;
   std::string provider_;

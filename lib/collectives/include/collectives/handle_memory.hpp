@@ -102,7 +102,27 @@ class HandleMemory {
   // the carry, else spilled until the next join.
   void add_to_carry(const void* late_sendbuf);
 
-  // Bytes held now: registered, scratch, spilled carry, moved results.
+  // --- Elastic handles (opts.elastic; docs/design.md, "Resuming a handle").
+  // The result of the round that just completed, kept in the user's type (the work buffer
+  // holds it): what survivors that did not complete it get on resume.
+  void keep_last_result();
+  const std::vector<std::byte>& last_result() const { return last_result_; }
+  // The carry as it would go into the next round, in the accumulation type: the work
+  // buffer's when it holds a carry, the spilled carry, and, with `active_round`, the
+  // contribution of the round joined and not completed (kept at the join). Empty: none.
+  std::vector<std::byte> carry_for_resume(bool active_round) const;
+  // Folds `sendbuf` (count elements of the user's type) into `carry` (accumulation type;
+  // empty: none yet), as a late sendbuf goes into the carry. Nothing with late = drop.
+  void fold_into(std::vector<std::byte>& carry, const void* sendbuf) const;
+  // A resumed handle, before its first round: the carry (accumulation type, or empty) into
+  // the work buffer, and a result the application has not collected into its ring slot.
+  void install_carry(const std::vector<std::byte>& carry);
+  void install_result(uint64_t round, const RoundInfo& info, std::vector<std::byte> result);
+  // And the last round's result and info (what keep_last_result keeps), for a later resume.
+  void install_last_result(uint64_t round, std::vector<std::byte> result, const RoundInfo& info);
+
+  // Bytes held now: registered, scratch, spilled carry, moved results, what an elastic
+  // handle keeps.
   uint64_t memory_bytes() const;
   uint64_t registered_bytes() const { return region_ ? region_->bytes().size() : 0; }
 
@@ -131,6 +151,9 @@ class HandleMemory {
   size_t early_delivered_ = 0;      // elements already in the posted recvbuf this round
   std::vector<Completed> ring_;
   std::vector<bool> late_by_round_;
+  bool elastic_ = false;                    // opts.elastic
+  std::vector<std::byte> joined_contribution_;  // elastic: the active round's contribution (acc)
+  std::vector<std::byte> last_result_;      // elastic: the last completed round's result (user type)
   uint64_t traffic_ = 0;
   // Traffic of converting n elements into the accumulation type (read user, write acc), out of
   // it (read acc, write user), and of folding n user elements into n accumulated ones.

@@ -33,6 +33,7 @@ struct HandleSpec {
   bool flat_plan = false;         // PCOLL_PLAN=flat: never the direct plan
   std::string trace_dir;          // PCOLL_TRACE; empty: no round trace
   int64_t trace_clock_skew_ns = 0;  // PCOLL_TEST_CLOCK_SKEW_MS
+  uint64_t kill_at_write = 0;       // PCOLL_TEST_KILL_AT_WRITE
 
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(opts.timeout_ms); }
 };
@@ -59,7 +60,7 @@ HandleSpec make_spec(const CreateRequest& request, int ranks, std::chrono::milli
 // The arguments every rank must pass alike, as compared at creation, with the handle's id.
 struct Signature {
   uint64_t count, dtype, op, mode, late, max_lag, sync_every, seed, quorum, grace_us, chunk_bytes, pool_bytes,
-      plan_rules, handle, traced, flat_plan;  // plan_rules: plan_rules_digest
+      plan_rules, handle, traced, flat_plan, elastic;  // plan_rules: plan_rules_digest
   uint64_t direct;  // the handle runs the direct plan here (set by the handle, not the spec)
   bool operator==(const Signature&) const = default;
 };

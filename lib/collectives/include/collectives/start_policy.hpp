@@ -86,6 +86,9 @@ class StartPolicy {
   // region, and where this rank counts its arrival at `round` after its application posted
   // it (nullopt: the mode counts nothing).
   virtual size_t counter_words() const { return 0; }
+  // The handle's first round is `round`, not 0 (a handle resumed on the survivors of a
+  // failure, over counter words that start at zero).
+  virtual void begin_at(uint64_t /*round*/) {}
   virtual std::optional<ArrivalCounter> arrival_counter(uint64_t /*round*/) const { return std::nullopt; }
   // The fetch-add of arrival_counter(round) returned `old`. `counts` is false for a round
   // nobody starts early (synchronous, or a flush): it is counted all the same, so that the
