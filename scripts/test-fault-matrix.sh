@@ -6,10 +6,12 @@
 #
 #   scripts/test-fault-matrix.sh [--build DIR] [--providers "ofi:shm ofi:tcp ucx:shm ucx:tcp"]
 #                                [--faults "..."] [--phases "..."] [--survivors "..."]
-#                                [--timeout-ms T] [--log FILE] [--stacks DIR]
+#                                [--timeout-ms T] [--log FILE] [--stacks DIR] [--resume]
 #
 # --log keeps every cell's full report (each survivor's error, the end of its stderr);
-# --stacks DIR saves gdb backtraces of any rank that hangs.
+# --stacks DIR saves gdb backtraces of any rank that hangs; --resume adds each cell's
+# shrink-and-resume outcome (fault_matrix --resume: the survivors shrink, resume their
+# elastic handle and run on, with the same results).
 #
 # About 10 minutes per provider on 2 cores; a failing cell can take up to its 30 s deadline.
 set -uo pipefail
@@ -23,6 +25,7 @@ behaviours="run test compute"
 timeout_ms=2000
 log=""
 stacks=()
+resume=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -33,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --timeout-ms) timeout_ms="$2"; shift 2 ;;
     --log) log="$2"; shift 2 ;;
     --stacks) mkdir -p "$2"; stacks=(--stacks "$2"); shift 2 ;;
+    --resume) resume=(--resume); shift ;;
     *) echo "test-fault-matrix.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -51,7 +55,7 @@ for provider in $providers; do
     for phase in $phases; do
       for behaviour in $behaviours; do
         line=$("$program" --fault "$fault" --phase "$phase" --survivors "$behaviour" \
-                 --provider "$provider" --timeout-ms "$timeout_ms" --verbose "${stacks[@]}" 2>&1)
+                 --provider "$provider" --timeout-ms "$timeout_ms" --verbose "${stacks[@]}" "${resume[@]}" 2>&1)
         status=$?
         echo "$line" | head -n 1
         [[ -n "$log" ]] && echo "$line" >> "$log"

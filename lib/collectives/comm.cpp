@@ -123,6 +123,7 @@ void Comm::open_transport(Setup& setup, const TransportFactory& make_transport) 
   setup.options.layout =
       transport::gather_layout(rank_, [this](std::span<const std::byte> mine) { return boot_->allgather(mine); });
   node_of_ = setup.options.layout.node_of;
+  setup.options.survivors = boot_->of_survivors();
   transport_ = make_transport(setup.options);
   provider_ = transport_->capabilities().name;
   codec_ = NoticeCodec(notification_bits(setup.notify_bits, transport_->capabilities()));

@@ -24,6 +24,7 @@ class SurvivorBootstrap final : public bootstrap::Bootstrap {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
   std::string name() const override { return name_; }
+  bool of_survivors() const override { return true; }
   std::vector<bootstrap::Blob> allgather(std::span<const std::byte> mine) override {
     if (old_ == nullptr)
       fail(Errc::internal, "the bootstrap of a shrunk communicator was used after its setup");

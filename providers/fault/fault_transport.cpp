@@ -386,6 +386,9 @@ bool FaultTransport::wait(microseconds timeout, WaitFor what) {
 
 std::unique_ptr<Transport> wrap(std::unique_ptr<Transport> inner, const Options& options) {
   auto rules = parse_spec(FaultSettings::get_text("PCOLL_FAULT").value_or(""));
+  // The rules name ranks of the job as launched; a communicator of survivors numbers its
+  // ranks afresh, so none of them applies there (docs/reliability.md).
+  if (options.survivors) rules.clear();
   return std::make_unique<FaultTransport>(std::move(inner), std::move(rules), options);
 }
 

@@ -1,6 +1,8 @@
 // pcoll.Allreduce's methods and Python type (handle.hpp).
+#include <algorithm>
 #include <string>
 
+#include "comm.hpp"
 #include "handle.hpp"
 #include "wait.hpp"
 
@@ -9,6 +11,9 @@ namespace {
 
 void require_open(const HandleCore& core, const char* where) {
   if (core.handle != nullptr) return;
+  if (core.resumed)
+    invalid_state(std::string(where) +
+                  ": the allreduce was resumed on the survivors' communicator; use the handle resume() returned");
   const auto comm = core.comm.lock();
   if (comm == nullptr || comm->comm == nullptr)
     invalid_state(std::string(where) + ": the communicator is closed (comm.close() closed this allreduce with it)");
@@ -137,6 +142,58 @@ py::object Allreduce::flush(const py::object& recv) {
   return raw.to_python();
 }
 
+// pcoll_allreduce_resume. The old handle's pinned buffers (an interrupted round's send and
+// recv) stay referenced until the call returns: resume reads the send (carried) and the
+// recv (a result that landed there) of that round. After a success every survivor has
+// left the old rounds (resume is collective over all of them) and the old communicator's
+// engine no longer knows the handle, so they are released, not leaked as a destroy on a
+// failed communicator leaks a round in flight.
+py::tuple Allreduce::resume(const py::object& comm, const py::object& recv) {
+  HandleCore& c = *core_;
+  require_open(c, "resume");
+  if (!py::isinstance<Comm>(comm))
+    invalid_argument("resume: comm must be a pcoll.Comm (from shrink()), got " +
+                     std::string(py::str(py::type::of(comm).attr("__name__"))));
+  Comm& survivors = comm.cast<Comm&>();
+  const std::shared_ptr<CommState> state = survivors.state();
+  if (state->comm == nullptr) invalid_state("resume: the survivors' communicator is closed");
+  BusyGuard busy(c, "resume");
+  Pinned r = pin(recv, "resume", "recv", c.args.dtype, c.args.count);
+  RawInfo raw;
+  int delivered = 0;
+  pcoll_allreduce_t* resumed = nullptr;
+  Outcome outcome;
+  InterruptibleCall interruptible;
+  {
+    py::gil_scoped_release nogil;
+    outcome.capture(pcoll_allreduce_resume(c.handle, state->comm, r.data, &delivered, &raw.info, &resumed));
+    // The interrupted round's fresh mask is over the old ranks.
+    if (outcome.ok() && delivered != 0) raw.keep_mask(c.size);
+  }
+  if (!outcome.ok()) {
+    // A survivor died during the call: it is the survivors' communicator that failed. The
+    // old handle is as it was (pcoll.h), for another shrink and resume.
+    if (fails_communicator(outcome.status)) state->failed = true;
+    raise_outcome("resume", outcome);
+  }
+  // The old C handle was freed by the call: this object is spent.
+  if (auto old_comm = c.comm.lock()) {
+    auto& list = old_comm->handles;
+    list.erase(std::remove_if(list.begin(), list.end(), [&](const auto& p) { return p.get() == &c; }), list.end());
+  }
+  c.handle = nullptr;
+  c.resumed = true;
+  c.pending = false;
+  c.completed.reset();
+  c.release_buffers();
+  HandleArgs args = c.args;
+  // The library caps a quorum larger than the survivors at their number (pcoll.h).
+  args.quorum = std::min(args.quorum, static_cast<uint32_t>(state->size));
+  Allreduce fresh = survivors.adopt(resumed, args);
+  py::object info = delivered != 0 ? raw.to_python() : py::none();
+  return py::make_tuple(std::move(fresh), delivered != 0, std::move(info));
+}
+
 // pcoll_allreduce_stats as a dict (docs/observability.md); local and quick, so the GIL
 // stays held: that also keeps two threads from sharing the handle's arrays.
 py::dict Allreduce::stats() const {
@@ -186,7 +243,7 @@ std::string Allreduce::repr() const {
   const HandleCore& c = *core_;
   return "<pcoll.Allreduce count=" + std::to_string(c.args.count) + " dtype=" + pcoll_dtype_name(c.args.dtype) +
          " op=" + op_name(c.args.op) + " mode=" + mode_name(c.args.mode) +
-         (c.handle == nullptr ? " closed" : c.pending ? " pending" : "") + ">";
+         (c.resumed ? " resumed" : c.handle == nullptr ? " closed" : c.pending ? " pending" : "") + ">";
 }
 
 void add_allreduce_type(py::module_& m) {
@@ -197,6 +254,19 @@ void add_allreduce_type(py::module_& m) {
       .def("test", &Allreduce::test)
       .def("wait", &Allreduce::wait)
       .def("flush", &Allreduce::flush, py::arg("recv"))
+      .def("resume", &Allreduce::resume, py::arg("comm"), py::arg("recv"),
+           "After a failure, the same allreduce on the survivors: (handle, delivered, info).\n\n"
+           "Collective over `comm`, made by shrink() from this handle's communicator; the handle must\n"
+           "have been created with elastic=True. Every survivor's carry moves into the new handle, and\n"
+           "the call the failure interrupted is settled: if its round completed on some survivor,\n"
+           "`recv` gets that round's result, delivered is True and info is its RoundInfo, whose\n"
+           "fresh_ranks are the OLD ranks; otherwise delivered is False, info None, its send is carried\n"
+           "and the next call is that round again. Rounds a survivor completed and did not collect\n"
+           "come back from its next calls; the first new round is the one after the last any survivor\n"
+           "completed. On success this object is spent (its calls raise InvalidState) and the\n"
+           "returned handle belongs to `comm`; on failure (PeerFailed: a survivor died meanwhile)\n"
+           "this object stays as it was, for another shrink and resume. A handle without elastic, or\n"
+           "a communicator not shrunk from its own, raises InvalidArgument.")
       .def("close", &Allreduce::close)
       .def("stats", &Allreduce::stats, "Counters of this handle since creation (docs/observability.md).")
       .def("__enter__", &Allreduce::enter, py::return_value_policy::reference)
@@ -211,6 +281,7 @@ void add_allreduce_type(py::module_& m) {
       .def_property_readonly("sync_every", [](const Allreduce& a) { return a.core().args.sync_every; })
       .def_property_readonly("quorum", [](const Allreduce& a) { return a.core().args.quorum; })
       .def_property_readonly("grace_us", [](const Allreduce& a) { return a.core().args.grace_us; })
+      .def_property_readonly("elastic", [](const Allreduce& a) { return a.core().args.elastic; })
       .def_property_readonly("closed", [](const Allreduce& a) { return a.core().handle == nullptr; })
       .def_property_readonly("pending", [](const Allreduce& a) { return a.core().pending; });
 }

@@ -48,6 +48,7 @@ Allreduce Comm::create(const CreateArgs& a) {
   opts.timeout_ms = a.timeout_ms;
   opts.quorum = a.quorum;
   opts.grace_us = a.grace_us;
+  opts.elastic = a.elastic ? 1 : 0;
   pcoll_dtype_t dtype;
   pcoll_op_t op;
   pcoll_mode_t mode;
@@ -62,14 +63,19 @@ Allreduce Comm::create(const CreateArgs& a) {
     outcome.capture(pcoll_allreduce_create(state_->comm, a.count, dtype, op, mode, &opts, &handle));
   }
   if (!outcome.ok()) raise("allreduce", outcome);
+  // The k the library resolved a default 0 to (pcoll.h: floor(P/2) + 1).
+  const bool default_quorum = a.mode == PCOLL_MODE_QUORUM && a.quorum == 0;
+  return adopt(handle, HandleArgs{a.count, dtype, a.op, a.mode, a.late, a.max_lag, a.sync_every,
+                                  default_quorum ? static_cast<uint32_t>(state_->size / 2 + 1) : a.quorum,
+                                  a.grace_us, a.elastic});
+}
+
+Allreduce Comm::adopt(pcoll_allreduce_t* handle, const HandleArgs& args) {
   auto core = std::make_shared<HandleCore>();
   core->handle = handle;
   core->comm = state_;
   core->size = state_->size;
-  // The k the library resolved a default 0 to (pcoll.h: floor(P/2) + 1).
-  const bool default_quorum = a.mode == PCOLL_MODE_QUORUM && a.quorum == 0;
-  core->args = HandleArgs{a.count, dtype, a.op, a.mode, a.late, a.max_lag, a.sync_every,
-                          default_quorum ? static_cast<uint32_t>(state_->size / 2 + 1) : a.quorum, a.grace_us};
+  core->args = args;
   state_->handles.push_back(core);
   return Allreduce(core);
 }
@@ -163,12 +169,13 @@ void add_comm_type(py::module_& m) {
       .def(
           "_create",
           [](Comm& c, uint64_t count, int dtype, int op, int mode, int late, uint32_t max_lag, uint32_t sync_every,
-             uint64_t seed, uint32_t timeout_ms, uint32_t quorum, uint32_t grace_us) {
+             uint64_t seed, uint32_t timeout_ms, uint32_t quorum, uint32_t grace_us, bool elastic) {
             return c.create(CreateArgs{count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, quorum,
-                                       grace_us});
+                                       grace_us, elastic});
           },
           py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("mode"), py::arg("late"), py::arg("max_lag"),
-          py::arg("sync_every"), py::arg("seed"), py::arg("timeout_ms"), py::arg("quorum"), py::arg("grace_us"))
+          py::arg("sync_every"), py::arg("seed"), py::arg("timeout_ms"), py::arg("quorum"), py::arg("grace_us"),
+          py::arg("elastic").noconvert())
       .def("_create_refused", &Comm::create_refused, py::arg("count"), py::arg("problem"))
       .def("_leave", &Comm::leave, py::arg("reason"))
       .def("barrier", &Comm::barrier)

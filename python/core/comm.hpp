@@ -22,6 +22,7 @@ struct CreateArgs {
   uint32_t max_lag = 1, sync_every = 0;
   uint64_t seed = 0;
   uint32_t timeout_ms = 0, quorum = 0, grace_us = 0;
+  bool elastic = false;
 };
 
 class Comm {
@@ -43,6 +44,11 @@ class Comm {
   // agreement as this rank's error, so every rank raises InvalidArgument naming this rank.
   [[noreturn]] void create_refused(uint64_t count, const std::string& problem);
   void barrier();
+  // A C handle made on this communicator (by create, or by pcoll_allreduce_resume) as a
+  // Python object, listed among its open handles.
+  Allreduce adopt(pcoll_allreduce_t* handle, const HandleArgs& args);
+  // The state a handle of this communicator holds; resume reads its C communicator.
+  const std::shared_ptr<CommState>& state() const { return state_; }
   // Collective: closes the open handles in creation order (the same on every rank), then
   // finalizes. Idempotent.
   void close();

@@ -44,6 +44,7 @@ struct HandleArgs {
   pcoll_dtype_t dtype = PCOLL_FLOAT32;
   int op = 0, mode = 0, late = 0;
   uint32_t max_lag = 1, sync_every = 0, quorum = 0, grace_us = 0;
+  bool elastic = false;
 };
 
 struct HandleCore {
@@ -53,6 +54,7 @@ struct HandleCore {
   HandleArgs args;
   bool pending = false;  // a round was started and its result not yet handed out
   bool busy = false;     // a thread is inside a blocking call on this handle
+  bool resumed = false;  // resume() freed the C handle: it goes on in the object resume returned
   std::optional<RawInfo> completed;  // seen done by test(), not yet returned by wait()
   Pinned send, recv;
 
@@ -81,6 +83,10 @@ class Allreduce {
   py::object wait();
   py::object flush(const py::object& recv);
   py::dict stats() const;
+  // pcoll_allreduce_resume on `comm`, a pcoll.Comm shrunk from this handle's communicator:
+  // (the new handle, delivered, the interrupted round's info or None). On success this
+  // object is spent; on failure it stays as it was.
+  py::tuple resume(const py::object& comm, const py::object& recv);
   void close() { close_handle(*core_); }
   Allreduce& enter();
   bool exit(const py::object& exc_type, const py::object&, const py::object&);

@@ -105,6 +105,12 @@ def _integer(name, value, high, low=0):
     return number
 
 
+def _flag(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+    return value
+
+
 def _enum(name, value, table, numbers_too):
     if isinstance(value, str):
         if value in table:
@@ -124,7 +130,7 @@ def _enum(name, value, table, numbers_too):
     raise TypeError(f"{name} must be one of {', '.join(table)}, got {value!r}")
 
 
-def _to_c(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, quorum, grace_us):
+def _to_c(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, quorum, grace_us, elastic):
     """(values, problem): the arguments as the C API's values, and what is wrong with the
     first one that is not one (None when they all parse)."""
     parsers = (
@@ -139,6 +145,7 @@ def _to_c(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, q
         lambda: 0 if timeout_ms is None else _integer("timeout_ms", timeout_ms, 2**32),
         lambda: _integer("quorum", quorum, 2**32),
         lambda: _integer("grace_us", grace_us, 2**32),
+        lambda: _flag("elastic", elastic),
     )
     values, problem = [], None
     for parse in parsers:
@@ -164,18 +171,23 @@ class Comm(_core.Comm):
         Call it after a call raised PeerFailed (or Timeout): the survivors agree on the
         failed ranks (also when more fail meanwhile) and get a communicator of their own,
         ranked 0..n-1 in the order of their old ranks. This communicator stays failed;
-        close it when done. Its handles do not move: create them again on the new one.
-        Raises PeerFailed on a rank the others named failed, InvalidState where no failure
-        was reported.
+        close it when done. Its handles do not move by themselves: one created with
+        elastic=True goes on with ar.resume(survivors, recv); others are created again on the
+        new communicator. Raises PeerFailed on a rank the others named failed, InvalidState
+        where no failure was reported.
         """
         return Comm(_shrink_of=self)
 
     def allreduce(self, count, dtype="float32", op="avg", mode="solo", max_lag=1, sync_every=0, seed=0,
-                  late="carry", timeout_ms=None, quorum=0, grace_us=0):
+                  late="carry", timeout_ms=None, quorum=0, grace_us=0, elastic=False):
         """Creates a persistent allreduce handle of `count` elements. Collective.
 
         mode="quorum" starts a round once `quorum` ranks posted it (0: a majority,
         floor(P/2)+1), or `grace_us` after the first arrival when that is not 0.
+
+        elastic=True keeps what ar.resume(survivors, recv) needs to move the handle onto the
+        survivors of a failure (the last round's result and the running round's
+        contribution: up to about two more vectors, counted in stats()["memory_bytes"]).
 
         The arguments are agreed once, by pcoll_allreduce_create: a bad argument on any
         rank raises InvalidArgument on every rank naming that rank, and different arguments
@@ -183,7 +195,7 @@ class Comm(_core.Comm):
         (mode="fast", count=-1) enters that agreement as this rank's error.
         """
         values, problem = _to_c(count, dtype, op, mode, late, max_lag, sync_every, seed, timeout_ms, quorum,
-                                 grace_us)
+                                 grace_us, elastic)
         if problem is not None:
             self._create_refused(values[0], problem)
         return self._create(*values)

@@ -5,7 +5,7 @@
 // clean up without hanging or crashing.
 //
 //   fault_matrix --fault F --phase PH --survivors S [--provider SEL] [--ranks P] [--timeout-ms T]
-//                [--count N]
+//                [--count N] [--resume]
 //     F   kill | stop | silent | reset | access | eagain
 //         kill, stop: SIGKILL / SIGSTOP of the victim's process (at init: from inside
 //         pcoll_init, by the fault-injection transport at connect); the others through the
@@ -20,6 +20,14 @@
 //     SEL ofi:shm | ofi:tcp | ucx:shm | ucx:tcp | default (PCOLL_PROVIDER unset)
 //     N   float32 elements of the handle (default 4096, recursive doubling); above 8192
 //         the default provider's ranks run the direct plan (docs/design.md)
+//     --resume  then the shrink-and-resume outcome (docs/design.md, "Resuming a handle"):
+//         every rank that got its error shrinks, resumes its elastic handle on the survivors
+//         (creates it again where create failed or destroy freed it on any survivor: a
+//         create or destroy the failure interrupted may have completed on some ranks and
+//         not on others, which the survivors settle with a MIN round), runs to round 40 and
+//         flushes. Every rank but the victim and the culprit must come out of it, and all
+//         that do with the same communicator size and the same results from round 30 on; a
+//         rank the survivors excluded gets PCOLL_ERR_PEER_FAILED; nobody hangs.
 // Prints one line (PASS / FAIL / N/A, the cell, the worst survivor's time or what went
 // wrong) and exits 0, 1, or 77 for a cell that does not apply (meson's skip).
 //
@@ -57,9 +65,11 @@ struct Cell {
   int ranks = 4;
   int timeout_ms = 2000;
   size_t count = 4096;
+  bool resume = false;
 
   std::string name() const {
-    return fault + " " + phase + " " + survivors + " " + provider + (count != 4096 ? " count=" + std::to_string(count) : "");
+    return fault + " " + phase + " " + survivors + " " + provider + (count != 4096 ? " count=" + std::to_string(count) : "") +
+           (resume ? " resume" : "");
   }
   bool round_phase() const { return phase == "sync" || phase == "solo" || phase == "majority"; }
   bool signal_fault() const { return fault == "kill" || fault == "stop"; }
@@ -107,14 +117,14 @@ class Rank {
     since_ = Clock::now();
     if (const int rc = pcoll_init(&comm_); rc != PCOLL_SUCCESS) return failed("pcoll_init", rc);
     if (init_phase) enter();
-    const pcoll_mode_t mode = cell_.phase == "sync"       ? PCOLL_MODE_SYNC
-                              : cell_.phase == "majority" ? PCOLL_MODE_MAJORITY
-                                                          : PCOLL_MODE_SOLO;
-    pcoll_allreduce_opts_t opts;
-    pcoll_allreduce_opts_init(&opts);
-    opts.timeout_ms = static_cast<uint32_t>(cell_.timeout_ms);
+    mode_ = cell_.phase == "sync"       ? PCOLL_MODE_SYNC
+            : cell_.phase == "majority" ? PCOLL_MODE_MAJORITY
+                                        : PCOLL_MODE_SOLO;
+    pcoll_allreduce_opts_init(&opts_);
+    opts_.timeout_ms = static_cast<uint32_t>(cell_.timeout_ms);
+    opts_.elastic = cell_.resume ? 1 : 0;
     if (cell_.phase == "create") enter();
-    if (const int rc = pcoll_allreduce_create(comm_, cell_.count, PCOLL_FLOAT32, PCOLL_OP_SUM, mode, &opts, &handle_);
+    if (const int rc = pcoll_allreduce_create(comm_, cell_.count, PCOLL_FLOAT32, PCOLL_OP_SUM, mode_, &opts_, &handle_);
         rc != PCOLL_SUCCESS)
       return failed("pcoll_allreduce_create", rc);
     // Warm-up: every rank well inside the job before the fault.
@@ -208,8 +218,77 @@ class Rank {
     std::printf("RESULT rank=%d call=%s rc=%d named=%d ms=%.0f since=%lld at=%lld later=%d failed=%s msg=%s\n", rank_,
                 call, rc, named_rank(message), ms, steady_ms(since_), at, later, failed.c_str(), message.c_str());
     std::fflush(stdout);
+    if (cell_.resume && comm_ != nullptr) shrink_and_resume();
     cleanup();
     return 0;
+  }
+
+  // --resume: shrink, resume (or create again), run to kLastRound, flush; one SHRUNK line.
+  static constexpr uint64_t kLastRound = 40;
+  static constexpr uint64_t kDigestFrom = 30;  // rounds every survivor collects
+  void shrink_and_resume() {
+    const auto began = Clock::now();
+    pcoll_comm_t* survivors = nullptr;
+    int rc = PCOLL_ERR_PEER_FAILED;
+    const char* call = "pcoll_comm_shrink";
+    // A shrink that a second failure interrupts may be made again (pcoll.h).
+    for (int attempt = 0; attempt < 3 && rc == PCOLL_ERR_PEER_FAILED; ++attempt) rc = pcoll_comm_shrink(comm_, &survivors);
+    const double shrink_ms = ms_since(began);
+    pcoll_allreduce_t* resumed = nullptr;
+    // A create or destroy that the failure interrupted may have completed on some ranks and
+    // not on others: the survivors find out (a MIN round) and, unless every one holds the
+    // handle, create it again.
+    if (rc == PCOLL_SUCCESS) {
+      call = "the survivors' vote on the handle";
+      int32_t have = handle_ != nullptr ? 1 : 0, all = 0;
+      pcoll_allreduce_t* vote = nullptr;
+      rc = pcoll_allreduce_create(survivors, 1, PCOLL_INT32, PCOLL_OP_MIN, PCOLL_MODE_SYNC, nullptr, &vote);
+      if (rc == PCOLL_SUCCESS) rc = pcoll_allreduce_run(vote, &have, &all, nullptr);
+      if (vote != nullptr) pcoll_allreduce_destroy(vote);
+      if (rc == PCOLL_SUCCESS && all == 0 && handle_ != nullptr) {
+        pcoll_allreduce_destroy(handle_);  // on the failed communicator: freed, its error returned
+        handle_ = nullptr;
+      }
+    }
+    if (rc == PCOLL_SUCCESS && handle_ != nullptr) {
+      int delivered = 0;
+      call = "pcoll_allreduce_resume";
+      rc = pcoll_allreduce_resume(handle_, survivors, recv_.data(), &delivered, nullptr, &resumed);
+      if (rc == PCOLL_SUCCESS) handle_ = nullptr;  // freed by resume
+    } else if (rc == PCOLL_SUCCESS) {
+      // Create failed, or destroy freed the handle: created again on the survivors.
+      call = "pcoll_allreduce_create";
+      rc = pcoll_allreduce_create(survivors, cell_.count, PCOLL_FLOAT32, PCOLL_OP_SUM, mode_, &opts_, &resumed);
+    }
+    double first_ms = -1;
+    uint64_t digest = 1469598103934665603ULL;
+    for (bool done = false; rc == PCOLL_SUCCESS && !done;) {
+      pcoll_round_info_t info;
+      call = "pcoll_allreduce_run";
+      rc = pcoll_allreduce_run(resumed, send_.data(), recv_.data(), &info);
+      if (rc != PCOLL_SUCCESS) break;
+      if (first_ms < 0) first_ms = ms_since(began);
+      done = info.round + 1 >= kLastRound;
+      if (done) {
+        call = "pcoll_allreduce_flush";
+        rc = pcoll_allreduce_flush(resumed, recv_.data(), &info);
+      }
+      if (info.round < kDigestFrom) continue;
+      for (const float x : recv_) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &x, sizeof bits);
+        digest = (digest ^ bits) * 1099511628211ULL;
+      }
+    }
+    std::string message = rc == PCOLL_SUCCESS ? "ok" : pcoll_last_error();
+    for (auto& c : message)
+      if (c == '\n') c = ' ';
+    std::printf("SHRUNK rank=%d size=%d rc=%d shrink_ms=%.0f first_ms=%.0f digest=%llx call=%s msg=%s\n", rank_,
+                survivors != nullptr ? pcoll_comm_size(survivors) : 0, rc, shrink_ms, first_ms,
+                static_cast<unsigned long long>(digest), call, message.c_str());
+    std::fflush(stdout);
+    if (resumed != nullptr) pcoll_allreduce_destroy(resumed);
+    if (survivors != nullptr) pcoll_finalize(survivors);
   }
 
   void cleanup() {
@@ -227,6 +306,8 @@ class Rank {
   int victim_ = 0;
   pcoll_comm_t* comm_ = nullptr;
   pcoll_allreduce_t* handle_ = nullptr;
+  pcoll_mode_t mode_ = PCOLL_MODE_SOLO;
+  pcoll_allreduce_opts_t opts_{};
   std::vector<float> send_;
   std::vector<float> recv_;
   Clock::time_point since_;
@@ -267,6 +348,11 @@ struct Report {
   std::optional<long long> fault_at;  // the victim's: when it faulted
   bool cleaned = false;
   double cleanup_ms = 0;
+  // --resume: the SHRUNK line.
+  bool shrunk_line = false;
+  int shrink_rc = -1, shrunk_size = 0;
+  double shrink_ms = 0, first_ms = 0;
+  std::string shrunk_digest, shrink_call, shrink_msg;
   std::string err_tail;
 };
 
@@ -312,6 +398,19 @@ Report parse(test::Process& process, std::optional<int> exit) {
         r.later = std::stoi(m[7]);
         r.failed = m[8];
         r.msg = m[9];
+      }
+    } else if (line.rfind("SHRUNK ", 0) == 0) {
+      r.shrunk_line = true;
+      std::smatch m;
+      if (std::regex_search(line, m, std::regex("size=(\\d+) rc=(-?\\d+) shrink_ms=(\\d+) first_ms=(-?\\d+) "
+                                                "digest=(\\S+) call=(\\S+) msg=(.*)"))) {
+        r.shrunk_size = std::stoi(m[1]);
+        r.shrink_rc = std::stoi(m[2]);
+        r.shrink_ms = std::stod(m[3]);
+        r.first_ms = std::stod(m[4]);
+        r.shrunk_digest = m[5];
+        r.shrink_call = m[6];
+        r.shrink_msg = m[7];
       }
     } else if (line.rfind("FAULT t=", 0) == 0) {
       r.fault_at = std::stoll(line.substr(8));
@@ -361,13 +460,14 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
     ranks.push_back(std::make_unique<test::Process>(
         std::vector<std::string>{self, "--child", cell.fault, cell.phase, cell.survivors, cell.provider,
                                  std::to_string(cell.ranks), std::to_string(cell.timeout_ms),
-                                 std::to_string(cell.count)},
+                                 std::to_string(cell.count), cell.resume ? "resume" : "-"},
         env));
   }
   const int victim = cell.ranks - 1;
   // Every survivor must be done (error reported, cleaned up, exited) by then: setup, the
   // warm-up, the computing survivors' 2 x timeout, the bound, and cleanup.
-  const auto deadline = Clock::now() + milliseconds(5 * cell.timeout_ms + 20000);
+  // --resume adds the shrink (up to twice the timeout per silent rank, three tries) and 40 rounds.
+  const auto deadline = Clock::now() + milliseconds(5 * cell.timeout_ms + 20000 + (cell.resume ? 6 * cell.timeout_ms + 10000 : 0));
   std::vector<Report> reports(static_cast<size_t>(cell.ranks));
   for (int r = 0; r < cell.ranks; ++r) {
     if (r == victim && cell.signal_fault()) continue;
@@ -437,6 +537,37 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
     if (!s.exit) problems.push_back(who + "hung in cleanup (destroy / finalize) after its error");
     else if (*s.exit != 0) problems.push_back(who + "crashed or failed in cleanup (exit " + std::to_string(*s.exit) + ")");
   }
+  double worst_resume = 0;
+  if (cell.resume && cell.phase != "init") {
+    // Every rank but the victim and the culprit comes out of shrink and resume; the victim or
+    // the culprit of a broken link may too, or be excluded (PCOLL_ERR_PEER_FAILED). All that
+    // come out agree on the size and on the results.
+    int members = 0, size = -1;
+    std::string digest;
+    for (int r = 0; r < cell.ranks; ++r) {
+      const Report& s = reports[static_cast<size_t>(r)];
+      const std::string who = "rank " + std::to_string(r) + ": ";
+      const bool must = r != victim && r != culprit;
+      if (!s.has_result || (!must && (cell.signal_fault() || cell.fault == "silent"))) continue;
+      if (!s.shrunk_line) {
+        problems.push_back(who + "no shrink-and-resume outcome");
+        continue;
+      }
+      if (s.shrink_rc != PCOLL_SUCCESS) {
+        if (must || s.shrink_rc != PCOLL_ERR_PEER_FAILED)
+          problems.push_back(who + s.shrink_call + " failed with " + pcoll_strerror(s.shrink_rc) + ": '" + s.shrink_msg + "'");
+        continue;
+      }
+      ++members;
+      worst_resume = std::max(worst_resume, s.first_ms);
+      if (size < 0) size = s.shrunk_size;
+      if (digest.empty()) digest = s.shrunk_digest;
+      if (s.shrunk_size != size) problems.push_back(who + "shrank to " + std::to_string(s.shrunk_size) + " ranks, another to " + std::to_string(size));
+      if (s.shrunk_digest != digest) problems.push_back(who + "results after resume differ from another survivor's");
+    }
+    if (members > 0 && members != size)
+      problems.push_back(std::to_string(members) + " ranks came out of shrink and resume, on a communicator of " + std::to_string(size));
+  }
   // Every rank is gone now (a stopped or hung one is killed); tidy after the killed ones.
   std::vector<pid_t> killed;
   for (int r = 0; r < cell.ranks; ++r)
@@ -446,7 +577,11 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
   for (const pid_t pid : killed) remove_shm_of(pid);
 
   if (problems.empty()) {
-    std::printf("PASS  %-40s worst %5.0f ms (limit %.0f)\n", label.c_str(), worst, limit);
+    if (cell.resume && cell.phase != "init")
+      std::printf("PASS  %-40s worst %5.0f ms (limit %.0f), resumed %5.0f ms after\n", label.c_str(), worst, limit,
+                  worst_resume);
+    else
+      std::printf("PASS  %-40s worst %5.0f ms (limit %.0f)\n", label.c_str(), worst, limit);
     return 0;
   }
   std::printf("FAIL  %-40s %s\n", label.c_str(), problems.front().c_str());
@@ -464,7 +599,7 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
                "                    --phase init|create|sync|solo|majority|flush|destroy\n"
                "                    --survivors run|test|compute\n"
                "                    [--provider ofi:shm|ofi:tcp|ucx:shm|ucx:tcp|default] [--ranks P]\n"
-               "                    [--timeout-ms T] [--count N] [--repeat N] [--verbose] [--stacks DIR]\n",
+               "                    [--timeout-ms T] [--count N] [--resume] [--repeat N] [--verbose] [--stacks DIR]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -472,9 +607,9 @@ int run_cell(const Cell& cell, const std::string& self, bool verbose) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 9 && std::strcmp(argv[1], "--child") == 0) {
+  if (argc == 10 && std::strcmp(argv[1], "--child") == 0) {
     Cell cell{argv[2], argv[3], argv[4], argv[5], std::atoi(argv[6]), std::atoi(argv[7]),
-              static_cast<size_t>(std::strtoull(argv[8], nullptr, 10))};
+              static_cast<size_t>(std::strtoull(argv[8], nullptr, 10)), std::strcmp(argv[9], "resume") == 0};
     return Rank(cell).run();
   }
   Cell cell;
@@ -495,6 +630,7 @@ int main(int argc, char** argv) {
     else if (arg == "--count") cell.count = static_cast<size_t>(std::strtoull(value().c_str(), nullptr, 10));
     else if (arg == "--repeat") repeat = std::atoi(value().c_str());
     else if (arg == "--verbose") verbose = true;
+    else if (arg == "--resume") cell.resume = true;
     else if (arg == "--stacks") g_stacks_dir = value();
     else usage("unknown argument '" + arg + "'");
   }

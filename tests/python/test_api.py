@@ -332,6 +332,32 @@ def test_the_c_library_checks_the_agreed_values(comm):
         comm.allreduce(8, mode=7)  # a number the C API does not (yet) have
 
 
+def test_elastic_is_a_flag_and_resume_refuses_at_once_what_it_cannot_resume(comm):
+    # A failure to resume from is test_exit.py's; here what is refused before anything
+    # collective, on a healthy communicator, and the handle stays usable after each.
+    with pytest.raises(pcoll.InvalidArgument, match="elastic must be True or False, got int"):
+        comm.allreduce(8, elastic=1)
+    if comm.size > 1:
+        with pytest.raises(pcoll.Mismatch, match="elastic="):
+            comm.allreduce(8, elastic=comm.rank == 0)
+    buf = np.ones(8, np.int64)
+    with comm.allreduce(8, dtype="int64", op="sum", mode="sync") as plain:
+        assert plain.elastic is False
+        with pytest.raises(pcoll.InvalidArgument, match="without opts.elastic"):
+            plain.resume(comm, buf)
+    with comm.allreduce(8, dtype="int64", op="sum", mode="sync", elastic=True) as ar:
+        assert ar.elastic is True
+        with pytest.raises(pcoll.InvalidArgument, match="not made by pcoll_comm_shrink"):
+            ar.resume(comm, buf)
+        with pytest.raises(pcoll.InvalidArgument, match="resume: recv has dtype float64"):
+            ar.resume(comm, np.ones(8))
+        with pytest.raises(pcoll.InvalidArgument, match="comm must be a pcoll.Comm"):
+            ar.resume(None, buf)
+        assert not ar.closed
+        ar.run(buf, buf)
+        assert (buf == comm.size).all()
+
+
 @multi_rank
 def test_bad_creation_argument_on_one_rank_fails_every_rank(comm):
     # The argument that did not parse enters the C library's one agreement as that rank's

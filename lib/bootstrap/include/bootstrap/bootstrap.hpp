@@ -30,6 +30,9 @@ class Bootstrap {
   // more. A bootstrap whose destructor synchronises the ranks (the manual store's final
   // barrier) skips that: a stopped peer would keep it waiting forever.
   virtual void abandon() {}
+  // Whether the ranks are the survivors of another communicator (pcoll_comm_shrink), with
+  // ranks numbered afresh.
+  virtual bool of_survivors() const { return false; }
 };
 
 // Picks the bootstrap from the environment (PCOLL_BOOTSTRAP forces one): PMIx

@@ -76,6 +76,9 @@ struct Options {
   // (collectives/comm.cpp says why).
   std::chrono::milliseconds timeout{30000};
   JobLayout layout;
+  // The ranks are the survivors of another communicator (pcoll_comm_shrink), numbered
+  // afresh: test rules that name ranks of the job as launched (PCOLL_FAULT) do not apply.
+  bool survivors = false;
 };
 
 // How provider errors quote Options::timeout: "1000 ms (half of PCOLL_TIMEOUT_MS)".
