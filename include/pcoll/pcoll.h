@@ -152,7 +152,7 @@ PCOLL_API int pcoll_comm_failed_ranks(const pcoll_comm_t *comm, int *ranks, int 
  * docs/design.md, "Shrinking to the survivors". */
 PCOLL_API int pcoll_comm_shrink(pcoll_comm_t *comm, pcoll_comm_t **survivors);
 /* Collective over `survivors` (made by pcoll_comm_shrink from the communicator of
- * `old_handle`), for a handle created with opts.elastic = 1: the same handle (count, dtype,
+ * `old_handle`, or from survivors of it), for a handle created with opts.elastic = 1: the same handle (count, dtype,
  * op, mode, options; a quorum larger than the new size is capped at it) on `survivors`,
  * with every survivor's carry moved into it, so nothing a survivor contributed is lost.
  * The survivors agree on R, the last round any of them completed. The call the failure
@@ -168,9 +168,11 @@ PCOLL_API int pcoll_comm_shrink(pcoll_comm_t *comm, pcoll_comm_t **survivors);
  * R + 1. What the failed ranks contributed to rounds <= R is in those rounds' results; what
  * they had not contributed is lost. On success the old handle is freed and *resumed is
  * the new one; on failure (a survivor died during the call: PCOLL_ERR_PEER_FAILED) the old
- * handle stays as it was, for another shrink and resume, or pcoll_allreduce_destroy.
- * PCOLL_ERR_INVALID_ARGUMENT on every survivor for a handle without opts.elastic or a
- * communicator that was not shrunk from the handle's; PCOLL_ERR_MISMATCH when survivors
+ * handle stays as it was, for another shrink and resume (shrink `survivors`, which then
+ * failed, and resume the old handle onto what that shrink returns), or
+ * pcoll_allreduce_destroy. PCOLL_ERR_INVALID_ARGUMENT on every survivor for a handle
+ * without opts.elastic or a communicator that does not descend by shrinks from the
+ * handle's; PCOLL_ERR_MISMATCH when survivors
  * resume different handles. docs/design.md, "Resuming a handle". */
 PCOLL_API int pcoll_allreduce_resume(pcoll_allreduce_t *old_handle, pcoll_comm_t *survivors, void *recvbuf,
                                      int *delivered, pcoll_round_info_t *info, pcoll_allreduce_t **resumed);

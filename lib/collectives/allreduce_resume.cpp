@@ -61,9 +61,9 @@ Allreduce::Resumed Allreduce::resume(Allreduce& old, Comm& survivors, void* recv
   if (old.spec_.opts.elastic == 0)
     problem = "handle " + std::to_string(old.id_) + " was created without opts.elastic = 1, so it kept nothing to "
               "resume from; create it again on the survivors' communicator instead";
-  else if (survivors.shrunk_from() == 0 || survivors.shrunk_from() != old.comm_.serial())
+  else if (!survivors.shrunk_from(old.comm_.serial()))
     problem = "the communicator passed was not made by pcoll_comm_shrink from handle " + std::to_string(old.id_) +
-              "'s communicator";
+              "'s communicator (or from the survivors of its survivors)";
   else if (recvbuf == nullptr && old.spec_.count > 0)
     problem = "recvbuf is NULL but count is " + std::to_string(old.spec_.count);
   if (!problem.empty()) invalid_argument(problem);

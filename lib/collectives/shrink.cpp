@@ -60,7 +60,7 @@ std::unique_ptr<Comm> shrink(Comm& comm) {
   SurvivorBootstrap& setup = *boot;
   auto shrunk = std::make_unique<Comm>(std::move(boot), comm.transport_factory());
   setup.detach();
-  shrunk->set_shrunk_from(comm.serial());
+  shrunk->set_shrunk_from(comm);
   return shrunk;
 }
 

@@ -7,6 +7,9 @@
 //    rank's marker contribution, which no survivor's data can reach;
 //  - every survivor collected each round once, and the same results (a digest);
 //  - the first new round is the round after the last one any survivor completed.
+// Scenarios: a plain kill in every mode; a survivor computing through it ("sleeper"); a
+// survivor left a round behind ("lagging"); a second survivor that dies after the shrink, so
+// that the resume fails and is made again on the survivors of the survivors ("second").
 // Also the misuse resume refuses: a handle created without opts.elastic, a communicator not
 // shrunk from the handle's. Ranks are launched with the manual PCOLL_ROOT bootstrap.
 #include <doctest/doctest.h>
@@ -34,6 +37,9 @@ constexpr uint64_t kLastRound = 20;  // every survivor runs up to this round, th
 // The dead rank contributes kMarker to every element of every round it joins fresh: the
 // survivors' whole submissions stay far below it, so the total modulo kMarker is theirs.
 constexpr int64_t kMarker = int64_t{1} << 40;
+// In "second", rank 3, which dies after the shrink, contributes kSecondMarker: what it gave
+// before is in the results too, and the survivors' submissions stay far below it as well.
+constexpr int64_t kSecondMarker = int64_t{1} << 30;
 std::string g_self;
 
 enum ChildExit { kResumed = 0, kWrongError = 11, kFailed = 12, kWrongResult = 13, kInitFailed = 14, kNotRefused = 15 };
@@ -103,7 +109,9 @@ int run_child(const std::string& mode_name, const std::string& scenario) {
       ::raise(SIGKILL);
     }
     if (call == 5 && sleeper && rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTimeoutMs));
-    for (size_t i = 0; i < kCount; ++i) send[i] = rank == kVictim ? kMarker : contribution(rank, call, i);
+    const bool second_victim = scenario == "second" && rank == 3;
+    for (size_t i = 0; i < kCount; ++i)
+      send[i] = rank == kVictim ? kMarker : second_victim ? kSecondMarker : contribution(rank, call, i);
     rc = pcoll_allreduce_start(h, send.data(), recv.data());
     if (rc != PCOLL_SUCCESS) break;  // posted nothing: this call's data was not submitted
     totals.submit(send);
@@ -138,10 +146,23 @@ int run_child(const std::string& mode_name, const std::string& scenario) {
     return kNotRefused;
   }
 
+  // "second": rank 3 dies after the shrink, so the others' resume fails; they shrink the
+  // survivors' communicator that failed and resume the old handle onto that one.
+  if (scenario == "second" && rank == 3) ::raise(SIGKILL);
   pcoll_allreduce_t* resumed = nullptr;
-  if (pcoll_allreduce_resume(h, survivors, recv.data(), &delivered, &info, &resumed) != PCOLL_SUCCESS) {
+  std::vector<pcoll_comm_t*> failed_survivors;
+  for (int attempt = 0;; ++attempt) {
+    const int resumed_rc = pcoll_allreduce_resume(h, survivors, recv.data(), &delivered, &info, &resumed);
+    if (resumed_rc == PCOLL_SUCCESS) break;
     std::fprintf(stderr, "resume_check rank %d: resume: %s\n", rank, pcoll_last_error());
-    return kFailed;
+    if ((resumed_rc != PCOLL_ERR_PEER_FAILED && resumed_rc != PCOLL_ERR_TIMEOUT) || attempt == 2) return kFailed;
+    pcoll_comm_t* fewer = nullptr;
+    if (pcoll_comm_shrink(survivors, &fewer) != PCOLL_SUCCESS) {
+      std::fprintf(stderr, "resume_check rank %d: shrink after a failed resume: %s\n", rank, pcoll_last_error());
+      return kFailed;
+    }
+    failed_survivors.push_back(survivors);
+    survivors = fewer;
   }
   h = nullptr;  // freed by resume
   const auto resumed_at = std::chrono::steady_clock::now();
@@ -181,7 +202,8 @@ int run_child(const std::string& mode_name, const std::string& scenario) {
   }
   for (size_t i = 0; i < kCount; ++i) {
     const int64_t dead_part = totals.collected[i] - recv[i];
-    if (dead_part < 0 || dead_part % kMarker != 0) {
+    const int64_t unit = scenario == "second" ? kSecondMarker : kMarker;
+    if (dead_part < 0 || dead_part % unit != 0) {
       std::fprintf(stderr,
                    "resume_check rank %d: element %zu: the rounds collected %lld, the survivors submitted %lld: "
                    "the difference is no whole number of the dead rank's contributions\n",
@@ -200,6 +222,7 @@ int run_child(const std::string& mode_name, const std::string& scenario) {
     return kFailed;
   }
   pcoll_allreduce_destroy(not_elastic);
+  for (pcoll_comm_t* gone : failed_survivors) pcoll_finalize(gone);  // return their failure
   pcoll_finalize(comm);  // returns the old failure
   return kResumed;
 }
@@ -231,7 +254,7 @@ void check_resume(const char* provider, const std::string& mode, const std::stri
     const int code = ranks[static_cast<size_t>(r)]->finish(std::chrono::milliseconds(40000));
     const std::string out = ranks[static_cast<size_t>(r)]->out();
     INFO(ranks[static_cast<size_t>(r)]->err());
-    if (r == kVictim) {
+    if (r == kVictim || (scenario == "second" && r == 3)) {
       CHECK(code == 128 + SIGKILL);
       continue;
     }
@@ -257,6 +280,9 @@ TEST_CASE("survivors resume a majority handle while one computes (ofi:tcp)") {
   check_resume("ofi:tcp", "majority", "sleeper");
 }
 TEST_CASE("survivors resume a quorum handle: conserved, identical (ofi:shm)") { check_resume("ofi:shm", "quorum"); }
+TEST_CASE("a survivor that dies during resume: the others shrink again and resume onto that (ofi:shm)") {
+  check_resume("ofi:shm", "solo", "second");
+}
 TEST_CASE("a survivor a round behind the others gets that round's result from resume (ofi:shm)") {
   check_resume("ofi:shm", "sync", "lagging");
 }

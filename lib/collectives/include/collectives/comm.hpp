@@ -5,6 +5,7 @@
 // dead or silent peer into an error on every rank.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -178,11 +179,17 @@ class Comm final : private PeerNotices {
                                                           std::span<const std::byte> mine);
   // What made this communicator's transport: a shrunk one makes its own with it.
   const TransportFactory& transport_factory() const { return make_transport_; }
-  // This communicator's identity in this process (never reused), and that of the one it
-  // was shrunk from (0: none), so that a handle resumes only on the survivors of its own.
+  // This communicator's identity in this process (never reused), and whether it descends
+  // by shrinks from the communicator `serial` (its survivors, or the survivors of those
+  // after another failure), so that a handle resumes only on survivors of its own.
   uint64_t serial() const { return serial_; }
-  uint64_t shrunk_from() const { return shrunk_from_; }
-  void set_shrunk_from(uint64_t serial) { shrunk_from_ = serial; }
+  bool shrunk_from(uint64_t serial) const {
+    return std::find(ancestors_.begin(), ancestors_.end(), serial) != ancestors_.end();
+  }
+  void set_shrunk_from(const Comm& parent) {
+    ancestors_ = parent.ancestors_;
+    ancestors_.push_back(parent.serial_);
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -250,7 +257,7 @@ class Comm final : private PeerNotices {
 
   std::unique_ptr<bootstrap::Bootstrap> boot_;
   uint64_t serial_ = 0;
-  uint64_t shrunk_from_ = 0;
+  std::vector<uint64_t> ancestors_;  // the communicators this one was shrunk from, oldest first
   int rank_ = 0;
   int size_ = 1;
   std::string provider_;
