@@ -274,7 +274,7 @@ void check_resume(const char* provider, const std::string& mode, const std::stri
 
 }  // namespace
 
-TEST_CASE("survivors resume a sync handle: conserved, identical (ofi:shm)") { check_resume("ofi:shm", "sync"); }
+// A sync handle: the "lagging" case below.
 TEST_CASE("survivors resume a solo handle: conserved, identical (ofi:shm)") { check_resume("ofi:shm", "solo"); }
 TEST_CASE("survivors resume a majority handle while one computes (ofi:tcp)") {
   check_resume("ofi:tcp", "majority", "sleeper");
