@@ -43,12 +43,6 @@ Allreduce::Allreduce(Comm& comm, const HandleSpec& spec, const std::string& inva
     : comm_(comm), transport_(comm.transport()), codec_(comm.codec()), spec_(spec),
       rank_(comm.rank()), size_(comm.size()), timeout_(spec.timeout()), memory_(nullptr, MemoryRelease{&comm}),
       stats_(comm.size()) {
-  create(invalid_argument_here);
-}
-
-void Allreduce::create(const std::string& invalid_argument_here) {
-  Comm& comm = comm_;
-  const HandleSpec& spec = spec_;
   observers_.push_back(&stats_);
   {
     // Ids agree on every rank: every rank creates and destroys the same handles in order.
@@ -382,7 +376,6 @@ void Allreduce::complete_round() {
   // a late sendbuf it posted meanwhile into the carry). Otherwise it stays in the work
   // buffer for the application to collect.
   memory_->round_completed();
-  if (spec_.opts.elastic != 0) memory_->keep_last_result();
   if (posted_ && posted_->round == round) {
     const void* late = pending_late_;
     pending_late_ = nullptr;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include <collectives/comm.hpp>
 #include <collectives/dtype.hpp>
@@ -39,16 +40,6 @@ struct ResumeRecord {
 // is a mismatch, never a blob read as another step's.
 enum ResumeStep : uint64_t { kRecords = 1, kResultLanded = 2, kInstalled = 3 };
 
-// What the old handle holds that resume needs, read under its communicator's lock.
-struct OldState {
-  uint64_t completed = 0, joined = 0, app_next = 0;
-  bool posted = false, posted_flush = false, posted_delivered = false;
-  uint64_t posted_round = 0;
-  const void* posted_sendbuf = nullptr;
-  void* posted_recvbuf = nullptr;
-  const void* pending_late = nullptr;
-};
-
 size_t mask_words(uint64_t ranks) { return static_cast<size_t>((ranks + 63) / 64); }
 
 }  // namespace
@@ -68,22 +59,17 @@ Allreduce::Resumed Allreduce::resume(Allreduce& old, Comm& survivors, void* recv
     problem = "recvbuf is NULL but count is " + std::to_string(old.spec_.count);
   if (!problem.empty()) invalid_argument(problem);
 
-  OldState was;
+  // What the old handle holds that resume needs, read under its communicator's lock (its
+  // engine stands still: the communicator failed).
+  std::optional<Posted> posted;
+  const void* pending_late = nullptr;
+  uint64_t app_next = 0;
   ResumeRecord mine;
   {
     std::lock_guard lock(old.comm_.engine_mutex());
-    was.completed = old.completed_;
-    was.joined = old.joined_;
-    was.app_next = old.app_next_;
-    if (old.posted_) {
-      was.posted = true;
-      was.posted_round = old.posted_->round;
-      was.posted_flush = old.posted_->flush;
-      was.posted_delivered = old.posted_->delivered;
-      was.posted_sendbuf = old.posted_->sendbuf;
-      was.posted_recvbuf = old.posted_->recvbuf;
-    }
-    was.pending_late = old.pending_late_;
+    posted = old.posted_;
+    pending_late = old.pending_late_;
+    app_next = old.app_next_;
     mine.old_handle = old.id_;
     mine.old_size = static_cast<uint64_t>(old.size_);
     mine.completed = old.completed_;
@@ -182,7 +168,6 @@ Allreduce::Resumed Allreduce::resume(Allreduce& old, Comm& survivors, void* recv
   // 3. Settle this survivor's part, from the old handle's state (read, not changed).
   Resumed out;
   std::vector<std::byte> carry;
-  uint64_t app_next = was.app_next;
   std::vector<std::pair<uint64_t, std::pair<RoundInfo, std::vector<std::byte>>>> uncollected;
   {
     std::lock_guard old_lock(old.comm_.engine_mutex());
@@ -194,19 +179,19 @@ Allreduce::Resumed Allreduce::resume(Allreduce& old, Comm& survivors, void* recv
       last_info.caller_late = memory.late(rounds - 1);
     }
     // The round this survivor joined and that completed nowhere goes back into the carry.
-    const bool joined_unfinished = was.joined > was.completed && was.completed == rounds;
+    const bool joined_unfinished = mine.joined > mine.completed && mine.completed == rounds;
     carry = memory.carry_for_resume(joined_unfinished);
     // A late sendbuf the application posted for the round the engine runs: as at its end.
-    if (was.joined > was.completed && was.pending_late != nullptr) memory.fold_into(carry, was.pending_late);
-    if (was.posted) {
-      const uint64_t round = was.posted_round;
+    if (mine.joined > mine.completed && pending_late != nullptr) memory.fold_into(carry, pending_late);
+    if (posted) {
+      const uint64_t round = posted->round;
       if (round < rounds) {
         out.delivered = true;
         out.info = round + 1 == rounds ? last_info : memory.completed(round).info;
-        if (was.posted_flush) out.info.caller_late = false;
+        if (posted->flush) out.info.caller_late = false;
         if (result_bytes > 0) {
-          if (was.posted_delivered) {
-            if (recvbuf != was.posted_recvbuf) std::memmove(recvbuf, was.posted_recvbuf, result_bytes);
+          if (posted->delivered) {
+            if (recvbuf != posted->recvbuf) std::memmove(recvbuf, posted->recvbuf, result_bytes);
           } else {
             copy_bytes(recvbuf, last_result.data(), result_bytes);
           }
@@ -216,8 +201,8 @@ Allreduce::Resumed Allreduce::resume(Allreduce& old, Comm& survivors, void* recv
         // That round did not happen: its sendbuf is carried unless it is already, in the
         // round's contribution (posted in time) or as its late sendbuf (posted after the
         // engine joined); the application's next call is that round again.
-        const bool carried = joined_unfinished && round == was.completed;
-        if (!was.posted_flush && !carried) memory.fold_into(carry, was.posted_sendbuf);
+        const bool carried = joined_unfinished && round == mine.completed;
+        if (!posted->flush && !carried) memory.fold_into(carry, posted->sendbuf);
         app_next = round;
       }
     }

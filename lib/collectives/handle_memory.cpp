@@ -63,7 +63,6 @@ HandleMemory::HandleMemory(transport::Transport& transport, const HandleSpec& sp
   scratch_.resize(acc_bytes(std::min(spec.count, kScratchElems)));
   ring_.resize(static_cast<size_t>(spec.opts.max_lag) + 2);
   late_by_round_.assign(ring_.size(), false);
-  elastic_ = spec.opts.elastic != 0;
 }
 
 void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, bool flush) {
@@ -91,7 +90,7 @@ void HandleMemory::contribute(const void* sendbuf, bool fresh, bool initiated, b
   holds_ = Holds::round;
   early_delivered_ = 0;
   // What resume carries if this round never completes anywhere (late = drop carries nothing).
-  if (elastic_ && spec_.opts.late != PCOLL_LATE_DROP) {
+  if (spec_.opts.elastic != 0 && spec_.opts.late != PCOLL_LATE_DROP) {
     joined_contribution_.resize(acc_bytes(count));
     copy_bytes(joined_contribution_.data(), acc, acc_bytes(count));
     traffic_ += 2 * acc_bytes(count);
@@ -184,7 +183,9 @@ void HandleMemory::add_to_carry(const void* sendbuf) {
   }
 }
 
-void HandleMemory::keep_last_result() {
+void HandleMemory::round_completed() {
+  holds_ = Holds::result;
+  if (spec_.opts.elastic == 0) return;
   last_result_.resize(user_elem_bytes_ * spec_.count);
   from_accumulator(spec_.dtype, spec_.op, ranks_, work(), last_result_.data(), spec_.count);
   traffic_ += out_of_acc(spec_.count);

@@ -4,7 +4,9 @@
 
 #include <poll.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,31 @@ struct ManualJob {
     return std::make_unique<Process>(argv, env(rank, std::move(extra)));
   }
 };
+
+// The ranks of `job` as processes of `argv` (a test program in its child mode) over
+// `provider`, with the store bootstrap and tcp on loopback; `extra(rank, env)` adds settings.
+inline std::vector<std::unique_ptr<Process>> start_ranks(const ManualJob& job, const std::vector<std::string>& argv,
+                                                         const std::string& provider, int timeout_ms,
+                                                         const std::function<void(int, Env&)>& extra = {}) {
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < job.size; ++r) {
+    Env env = job.env(r, {{"PCOLL_BOOTSTRAP", "store"},
+                          {"PCOLL_PROVIDER", provider},
+                          {"PCOLL_TIMEOUT_MS", std::to_string(timeout_ms)},
+                          {"FI_TCP_IFACE", "lo"}});
+    if (extra) extra(r, env);
+    ranks.push_back(std::make_unique<Process>(argv, env));
+  }
+  return ranks;
+}
+
+// What follows "RESULT <rank> " on the first such line of a rank's output; nullopt if none.
+inline std::optional<std::string> result_fields(const std::string& out) {
+  const size_t at = out.find("RESULT ");
+  if (at == std::string::npos) return std::nullopt;
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  return line.substr(line.find(' ', 7) + 1);
+}
 
 // Rank 0 with store debug logs, so a test can see when another rank has connected.
 inline std::unique_ptr<Process> start_logged_rank0(const ManualJob& job) {

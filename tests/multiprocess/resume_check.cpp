@@ -229,24 +229,16 @@ int run_child(const std::string& mode_name, const std::string& scenario) {
 
 void check_resume(const char* provider, const std::string& mode, const std::string& scenario = "run") {
   INFO("provider " << provider << ", mode " << mode << ", scenario " << scenario);
-  const test::ManualJob job{kRanks};
-  std::vector<std::unique_ptr<test::Process>> ranks;
-  for (int r = 0; r < kRanks; ++r) {
-    test::Env env = job.env(r, {{"PCOLL_BOOTSTRAP", "store"},
-                                {"PCOLL_PROVIDER", provider},
-                                {"PCOLL_TIMEOUT_MS", std::to_string(kTimeoutMs)},
-                                {"FI_TCP_IFACE", "lo"}});
-    if (scenario == "lagging") {
-      // The victim dies instead of the last write of round 5 (two writes a round: recursive
-      // doubling at P = 4): the survivor that write was for has not completed round 5 when
-      // the others have.
-      env["PCOLL_PLAN"] = "flat";
-      env["PCOLL_PLAN_RULES"] = "recursive_doubling:0-inf";
-      if (r == kVictim) env["PCOLL_TEST_KILL_AT_WRITE"] = "12";
-    }
-    ranks.push_back(
-        std::make_unique<test::Process>(std::vector<std::string>{g_self, "--child", mode, scenario}, env));
-  }
+  const auto ranks = test::start_ranks(
+      test::ManualJob{kRanks}, {g_self, "--child", mode, scenario}, provider, kTimeoutMs, [&](int r, test::Env& env) {
+        if (scenario != "lagging") return;
+        // The victim dies instead of the last write of round 5 (two writes a round:
+        // recursive doubling at P = 4): the survivor that write was for has not completed
+        // round 5 when the others have.
+        env["PCOLL_PLAN"] = "flat";
+        env["PCOLL_PLAN_RULES"] = "recursive_doubling:0-inf";
+        if (r == kVictim) env["PCOLL_TEST_KILL_AT_WRITE"] = "12";
+      });
   std::string digest;
   int delivered = 0;
   for (int r = 0; r < kRanks; ++r) {
@@ -260,13 +252,11 @@ void check_resume(const char* provider, const std::string& mode, const std::stri
     }
     CHECK(code == kResumed);
     if (out.find("DELIVERED ") != std::string::npos) ++delivered;
-    const size_t at = out.find("RESULT ");
-    CHECK(at != std::string::npos);
-    if (at == std::string::npos) continue;
-    const std::string line = out.substr(at, out.find('\n', at) - at);
-    const std::string tail = line.substr(line.find(' ', 7) + 1);  // digest and rounds
-    if (digest.empty()) digest = tail;
-    CHECK(tail == digest);  // replicas identical, every round collected once
+    const auto tail = test::result_fields(out);  // digest and rounds
+    CHECK(tail.has_value());
+    if (!tail) continue;
+    if (digest.empty()) digest = *tail;
+    CHECK(*tail == digest);  // replicas identical, every round collected once
   }
   // The survivor that lacked round 5's result got it from resume.
   if (scenario == "lagging") CHECK(delivered >= 1);

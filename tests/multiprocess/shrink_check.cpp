@@ -133,15 +133,7 @@ int run_child(const std::string& scenario) {
 
 void check_shrink(const char* provider, const std::string& scenario) {
   INFO("provider " << provider << ", scenario " << scenario);
-  const test::ManualJob job{kRanks};
-  std::vector<std::unique_ptr<test::Process>> ranks;
-  for (int r = 0; r < kRanks; ++r) {
-    test::Env env = job.env(r, {{"PCOLL_BOOTSTRAP", "store"},
-                                {"PCOLL_PROVIDER", provider},
-                                {"PCOLL_TIMEOUT_MS", std::to_string(kTimeoutMs)},
-                                {"FI_TCP_IFACE", "lo"}});
-    ranks.push_back(std::make_unique<test::Process>(std::vector<std::string>{g_self, "--child", scenario}, env));
-  }
+  const auto ranks = test::start_ranks(test::ManualJob{kRanks}, {g_self, "--child", scenario}, provider, kTimeoutMs);
   std::string digest;
   for (int r = 0; r < kRanks; ++r) {
     CAPTURE(r);
@@ -153,13 +145,11 @@ void check_shrink(const char* provider, const std::string& scenario) {
       continue;
     }
     CHECK(code == kShrunk);
-    const size_t at = out.find("RESULT ");
-    CHECK(at != std::string::npos);
-    if (at == std::string::npos) continue;
-    const std::string line = out.substr(at, out.find('\n', at) - at);
-    const std::string hash = line.substr(line.rfind(' ') + 1);
-    if (digest.empty()) digest = hash;
-    CHECK(hash == digest);  // replicas identical
+    const auto hash = test::result_fields(out);
+    CHECK(hash.has_value());
+    if (!hash) continue;
+    if (digest.empty()) digest = *hash;
+    CHECK(*hash == digest);  // replicas identical
   }
 }
 

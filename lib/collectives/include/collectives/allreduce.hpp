@@ -119,7 +119,6 @@ class Allreduce final : private ExecutorPort, private WriteSettler {
   // ready_ until resume has set its rounds.
   struct ForResume {};
   Allreduce(Comm& comm, const HandleSpec& spec, const std::string& invalid_argument_here, ForResume);
-  void create(const std::string& invalid_argument_here);
   void prepare();
   void check_host_memory(uint64_t per_rank) const;
   void import_peers(const std::vector<transport::Bytes>& keys);

@@ -78,8 +78,9 @@ class HandleMemory {
   // Joining a round: the work buffer becomes carry + `sendbuf` (fresh; nullptr: late, or a
   // flush), the spilled carry folded in, and this rank's flags set.
   void contribute(const void* sendbuf, bool fresh, bool initiated, bool flush = false);
-  // The round completed: the work buffer holds its result.
-  void round_completed() { holds_ = Holds::result; }
+  // The round completed: the work buffer holds its result (which an elastic handle keeps a
+  // copy of, in the user's type: what survivors that did not complete it get on resume).
+  void round_completed();
   // The flags of the completed round in the work buffer: who was fresh, the lowest and the
   // highest initiator, and a rank that flushed it with one that ran it, when both exist.
   RoundFlags::Read read_flags() const { return flags_.read(work() + acc_bytes(total_elems_ - flags_.words())); }
@@ -103,9 +104,7 @@ class HandleMemory {
   void add_to_carry(const void* late_sendbuf);
 
   // --- Elastic handles (opts.elastic; docs/design.md, "Resuming a handle").
-  // The result of the round that just completed, kept in the user's type (the work buffer
-  // holds it): what survivors that did not complete it get on resume.
-  void keep_last_result();
+  // The last completed round's result as round_completed() kept it (empty: not elastic).
   const std::vector<std::byte>& last_result() const { return last_result_; }
   // The carry as it would go into the next round, in the accumulation type: the work
   // buffer's when it holds a carry, the spilled carry, and, with `active_round`, the
@@ -118,7 +117,7 @@ class HandleMemory {
   // the work buffer, and a result the application has not collected into its ring slot.
   void install_carry(const std::vector<std::byte>& carry);
   void install_result(uint64_t round, const RoundInfo& info, std::vector<std::byte> result);
-  // And the last round's result and info (what keep_last_result keeps), for a later resume.
+  // And the last round's result and info (what round_completed keeps), for a later resume.
   void install_last_result(uint64_t round, std::vector<std::byte> result, const RoundInfo& info);
 
   // Bytes held now: registered, scratch, spilled carry, moved results, what an elastic
@@ -151,7 +150,6 @@ class HandleMemory {
   size_t early_delivered_ = 0;      // elements already in the posted recvbuf this round
   std::vector<Completed> ring_;
   std::vector<bool> late_by_round_;
-  bool elastic_ = false;                    // opts.elastic
   std::vector<std::byte> joined_contribution_;  // elastic: the active round's contribution (acc)
   std::vector<std::byte> last_result_;      // elastic: the last completed round's result (user type)
   uint64_t traffic_ = 0;
